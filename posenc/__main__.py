@@ -1,0 +1,3 @@
+from posenc.cli import main
+
+raise SystemExit(main())

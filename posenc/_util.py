@@ -1,0 +1,97 @@
+"""Small shared helpers: input validation, position normalisation, and a tensor comparison that
+reports how far apart two tensors are (not just that they differ)."""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+
+
+def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
+    """Return ``value`` as int, or raise ``ValueError`` naming the parameter and its allowed range."""
+    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+        isinstance(value, float) and value.is_integer()
+    ):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def check_finite(name: str, value, *, minimum: float | None = None, maximum: float | None = None,
+                 strict_min: bool = False) -> float:
+    """Return ``value`` as float; raise ``ValueError`` if it is not a finite real in the allowed range."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if minimum is not None and (value <= minimum if strict_min else value < minimum):
+        op = ">" if strict_min else ">="
+        rng = f"{op} {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+        raise ValueError(f"{name} must be {rng}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def as_positions(positions, batch: int | None = None, seq: int | None = None,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """Normalise positions to a LongTensor ``[batch, seq]``.
+
+    Accepts ``None`` (0..seq-1), a 1-D ``[seq]`` tensor (shared by every row) or ``[batch, seq]``.
+    Negative positions are refused: every scheme here measures distance from the first token.
+    """
+    if positions is None:
+        if seq is None:
+            raise ValueError("positions is None and seq is unknown")
+        positions = torch.arange(seq, device=device)
+    positions = torch.as_tensor(positions, device=device)
+    if positions.is_floating_point():
+        raise ValueError("positions must be integers (they stay integers until multiplied by inv_freq)")
+    positions = positions.long()
+    if positions.dim() == 1:
+        positions = positions.unsqueeze(0)  # [1, seq]
+    if positions.dim() != 2:
+        raise ValueError(f"positions must be [seq] or [batch, seq], got shape {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
+    if batch is not None and positions.shape[0] not in (1, batch):
+        raise ValueError(f"positions has batch {positions.shape[0]}, expected 1 or {batch}")
+    if seq is not None and positions.shape[1] != seq:
+        raise ValueError(f"positions has length {positions.shape[1]}, expected {seq}")
+    if batch is not None and positions.shape[0] == 1 and batch > 1:
+        positions = positions.expand(batch, -1)
+    return positions
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-6,
+                 name: str = "tensor") -> None:
+    """``torch.testing.assert_close`` on whole tensors, with max and mean |diff| in the message."""
+    actual = torch.as_tensor(actual)
+    expected = torch.as_tensor(expected)
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+    a = actual.detach().double()
+    e = expected.detach().double()
+    diff = (a - e).abs()
+    finite = torch.isfinite(diff)
+    bad = (~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=False)) & ~(
+        torch.isinf(a) & torch.isinf(e) & (a.sign() == e.sign()))
+    if bad.any():
+        d = diff[finite]
+        raise AssertionError(
+            f"{name}: {int(bad.sum())}/{bad.numel()} elements differ beyond rtol={rtol}, atol={atol}; "
+            f"max |diff| {float(d.max()) if d.numel() else float('nan'):.3e}, "
+            f"mean |diff| {float(d.mean()) if d.numel() else float('nan'):.3e}, "
+            f"max |expected| {float(e.abs().max()):.3e}"
+        )
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |a - e| / max |e| (the measure the acceptance criteria quote)."""
+    a, e = actual.detach().double(), expected.detach().double()
+    return float((a - e).abs().max() / e.abs().max().clamp_min(1e-30))

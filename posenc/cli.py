@@ -1,0 +1,56 @@
+"""``posenc`` command line. Thin: each subcommand lives in the module that owns its logic and
+exposes ``add_parser(subparsers)`` (which sets ``func``); this file only wires them together."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module that defines add_parser(subparsers). Imported lazily so `posenc --help`
+# stays fast and a missing optional dependency only breaks its own command.
+SUBCOMMANDS = {
+    "bench": "posenc.bench",
+    "train": "posenc.train",
+    "eval": "posenc.evaluate",
+    "generate": "posenc.generation",
+    "extend": "posenc.hf",
+    "plot": "posenc.plots",
+    "perf": "posenc.perf",
+    "schemes": "posenc.scheme",
+}
+
+
+def build_parser(names=None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="posenc", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module in SUBCOMMANDS.items():
+        if names is not None and name not in names:
+            continue
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("posenc"):
+                continue  # not built yet
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = None
+    if argv and argv[0] in SUBCOMMANDS:
+        names = {argv[0]}  # import only the module the user asked for
+    parser = build_parser(names)
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except ValueError as exc:
+        print(f"posenc {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
