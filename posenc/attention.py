@@ -1,0 +1,440 @@
+"""The attention engine: executes any :class:`~posenc.scheme.PositionScheme`.
+
+Shape legend: B batch, H query heads, Hk key/value heads (GQA when Hk < H), Nq queries, Nk keys,
+D head dim. Inputs q ``[B,H,Nq,D]``, k/v ``[B,Hk,Nk,D]`` are *un-rotated* projections; positions are
+``[B,Nq]`` / ``[B,Nk]`` original token positions (a KV cache stores exactly these).
+
+Three paths, one semantics:
+
+``reference``  materialises ``[B,H,Nq,Nk]`` scores; per pair it picks the branch whose region holds
+               it, adds biases and content-relative terms, masks, softmaxes. Short and readable:
+               the ground truth, and the training path (autograd) at short lengths.
+``blockwise``  the same computation tiled over queries: for each query tile only the key blocks
+               the mask allows are gathered, and each remap branch is evaluated only on tiles its
+               region touches (boundary tiles twice). Memory O(tile * keys visible), never N x N.
+``flex``       ``torch.compile(flex_attention)``: biases as ``score_mod``, masks as block masks
+               (fully masked blocks skipped). In torch 2.13 compiled CPU flex has no backward and
+               no ``return_lse``, so one flex call covers a single-branch scheme without
+               content-relative terms at inference; anything else runs ``blockwise``.
+
+``impl="auto"``: reference when gradients are needed and the sequence is short; flex where it
+applies; blockwise otherwise.
+
+The score for a pair, with branch b selected by its region:
+    s = scale * attn_scale^2 * logn(qp) * <R(q_rot_b(qp)) q, R(k_rot_b(kp)) k> + bias(h, qp', kp)
+        + relative_terms,   masked where not allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+
+from posenc._util import as_positions
+from posenc.masks import MaskSpec
+from posenc.remap import Branch, Remap, logn_scale
+from posenc.scheme import PositionScheme
+
+IMPLS = ("auto", "reference", "blockwise", "flex")
+
+
+# ====================================================================== runtime parts
+class AttentionParts(nn.Module):
+    """The scheme's parts for one attention layer, built once: learned tables live here."""
+
+    def __init__(self, scheme: PositionScheme, n_heads: int, head_dim: int):
+        super().__init__()
+        self.scheme = scheme
+        self.n_heads = n_heads
+        self.head_dim = head_dim
+        self.bias = None
+        if scheme.bias is not None:
+            from posenc.biases import BIASES
+
+            if scheme.bias.kind not in BIASES:
+                raise ValueError(f"unknown bias {scheme.bias.kind!r}; known: {sorted(BIASES)}")
+            self.bias = BIASES[scheme.bias.kind](num_heads=n_heads, **scheme.bias.params)
+        self.relative = None
+        if scheme.relative is not None:
+            from posenc.relative import RELATIVE
+
+            if scheme.relative.kind not in RELATIVE:
+                raise ValueError(f"unknown relative part {scheme.relative.kind!r}; known: {sorted(RELATIVE)}")
+            self.relative = RELATIVE[scheme.relative.kind](n_heads=n_heads, head_dim=head_dim,
+                                                           **scheme.relative.params)
+        self.remap: Remap = scheme.build_remap()
+        self.branches: list[Branch] = self.remap.branches()
+        self.mask: MaskSpec = scheme.mask
+        self.rope = scheme.rope
+        self.rotary_dim = None
+        if self.rope is not None:
+            rd = int(head_dim * self.rope.partial_rotary_factor)
+            if rd % 2 or rd <= 0:
+                raise ValueError(f"RoPE needs an even rotary dim; head_dim {head_dim} x partial_rotary_factor "
+                                 f"{self.rope.partial_rotary_factor} = {rd}")
+            self.rotary_dim = rd
+        self._freq_cache: dict = {}
+
+    # ------------------------------------------------------------------ frequencies
+    def frequencies(self, length: int | None):
+        """RopeFrequencies for a schedule length (None: static schedule)."""
+        key = length
+        if key not in self._freq_cache:
+            from posenc.frequencies import rope_frequencies
+
+            self._freq_cache[key] = rope_frequencies(self.head_dim, base=self.rope.base,
+                                                     scaling=self.rope.scaling, seq_len=length,
+                                                     partial_rotary_factor=self.rope.partial_rotary_factor)
+        return self._freq_cache[key]
+
+    def schedule_lengths(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Per query, the length its dynamic schedule sees ([B,Nq] long), or None if static."""
+        if self.rope is None or not self.scheme.is_dynamic:
+            return None
+        scaling = self.rope.scaling
+        floor = int(scaling.get("original_max_position_embeddings") or self.scheme.train_len or 1)
+        if self.rope.dynamic == "sequence":
+            n = int(torch.maximum(q_pos.max(), k_pos.max())) + 1
+            ell = torch.full_like(q_pos, n)
+        else:
+            step = self.rope.dynamic_step
+            ell = torch.div(q_pos + step, step, rounding_mode="floor") * step  # ceil((qp+1)/step)*step
+        return ell.clamp(min=floor)
+
+    # ------------------------------------------------------------------ elementwise helpers
+    def allowed(self, qp, kp):
+        ok = self.mask.allowed(qp, kp)
+        extra = self.remap.allowed(qp, kp)
+        return ok if extra is None else ok & extra
+
+    def bias_query_pos(self, qp, kp):
+        """Positions the bias sees: the remapped relative distance re-expressed as a query position."""
+        if type(self.remap).relative is Remap.relative:
+            return qp
+        return kp + torch.floor(self.remap.relative(qp, kp)).long()
+
+    @property
+    def single_branch(self) -> bool:
+        return len(self.branches) == 1
+
+
+@lru_cache(maxsize=64)
+def _parts_for(scheme_json: str, n_heads: int, head_dim: int) -> AttentionParts:
+    parts = AttentionParts(PositionScheme.from_json(scheme_json), n_heads, head_dim)
+    if any(p.requires_grad for p in parts.parameters()):
+        raise ValueError("this scheme has learned parameters (bias/relative tables); use "
+                         "posenc.PositionalAttention, which owns them, instead of posenc.attention")
+    return parts
+
+
+# ====================================================================== rotation of a branch
+@dataclass
+class _Rotated:
+    q: torch.Tensor  # [B,H,Nq,D] rotated and scaled queries
+    k: torch.Tensor  # [B,H,Nk,D] rotated keys
+
+
+def _rotate_branch(parts: AttentionParts, q, k, q_pos, k_pos, branch: Branch, freqs, q_scale) -> _Rotated:
+    from posenc.rotary import apply_rope, xpos_scale
+
+    if parts.rope is not None:
+        inv = freqs.inv_freq.to(q.device).double() * branch.freq_scale
+        qpr, kpr = branch.q_rot(q_pos), branch.k_rot(k_pos)
+        qr = apply_rope(q, qpr, inv, layout=parts.rope.layout, rotary_dim=parts.rotary_dim)
+        kr = apply_rope(k, kpr, inv, layout=parts.rope.layout, rotary_dim=parts.rotary_dim)
+        if parts.rope.xpos:
+            qr = qr * xpos_scale(qpr, q.shape[-1], parts.rope.xpos_scale_base, layout=parts.rope.layout).to(q.dtype)
+            kr = kr / xpos_scale(kpr, k.shape[-1], parts.rope.xpos_scale_base, layout=parts.rope.layout).to(k.dtype)
+    else:
+        qr, kr = q, k
+    return _Rotated(qr * q_scale, kr)
+
+
+def _query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None) -> torch.Tensor:
+    """[B,1,Nq,1] multiplier folded into q: softmax scale x YaRN factor^2 x log-n."""
+    d = parts.head_dim
+    base = (1.0 / math.sqrt(d)) if scale is None else scale
+    if parts.relative is not None:
+        base = base * parts.relative.score_scale
+    s = torch.full(q_pos.shape, base * attn_scale * attn_scale, dtype=torch.float64, device=q_pos.device)
+    if parts.scheme.logn:
+        s = s * logn_scale(q_pos, parts.scheme.train_len)
+    return s[:, None, :, None].to(dtype)
+
+
+def _expand_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    if x.shape[1] == n_heads:
+        return x
+    if n_heads % x.shape[1]:
+        raise ValueError(f"query heads ({n_heads}) must be a multiple of key/value heads ({x.shape[1]})")
+    return x.repeat_interleave(n_heads // x.shape[1], dim=1)  # [B,H,Nk,D]
+
+
+# ====================================================================== reference path
+def _scores_tile(parts, q, k, q_pos, k_pos, freqs, q_scale):
+    """Logits [B,H,nq,nk] (pre-mask) for queries q/q_pos against keys k/k_pos, all branches."""
+    qp = q_pos[:, None, :, None]
+    kp = k_pos[:, None, None, :]
+    scores = None
+    for br in parts.branches:
+        region = None if br.region is None else br.region(qp, kp)
+        if region is not None and not bool(region.any()):
+            continue
+        rot = _rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale)
+        s = rot.q @ rot.k.transpose(-1, -2)  # [B,H,nq,nk]
+        if scores is None:
+            scores = s if region is None else torch.where(region, s, torch.zeros_like(s))
+        else:
+            scores = torch.where(region, s, scores) if region is not None else s
+    if scores is None:  # no pair in any region (cannot happen for a partition); keep shapes
+        scores = q.new_zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if parts.bias is not None:
+        scores = scores + parts.bias.score(
+            torch.arange(parts.n_heads, device=q.device)[None, :, None, None],
+            parts.bias_query_pos(qp, kp), kp).to(scores.dtype)
+    return scores
+
+
+def _finish(parts, scores, allowed, v, q, k, q_pos, k_pos, q_scale):
+    if parts.relative is not None:
+        scores = scores + parts.relative.scores(q, k, q_pos, k_pos, q_scale)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1)
+    probs = torch.nan_to_num(probs, nan=0.0).to(v.dtype)  # rows with no visible key -> 0 output
+    out = probs @ v
+    if parts.relative is not None:
+        extra = parts.relative.values(probs, q_pos, k_pos)
+        if extra is not None:
+            out = out + extra
+    return out
+
+
+def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
+    scores = _scores_tile(parts, q, k, q_pos, k_pos, freqs, q_scale)
+    allowed = parts.allowed(q_pos[:, None, :, None], k_pos[:, None, None, :])
+    return _finish(parts, scores, allowed, v, q, k, q_pos, k_pos, q_scale)
+
+
+# ====================================================================== blockwise path
+def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, tile: int = 256):
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    out = torch.empty(B, H, Nq, v.shape[-1], dtype=v.dtype, device=v.device)
+    kb = tile
+    n_kblocks = (Nk + kb - 1) // kb
+    for s in range(0, Nq, tile):
+        e = min(Nq, s + tile)
+        qp_t = q_pos[:, s:e]
+        allowed = parts.allowed(qp_t[:, None, :, None], k_pos[:, None, None, :])  # [B,1,t,Nk]
+        # key blocks with at least one visible pair for this tile
+        col_any = allowed.any(dim=(0, 1, 2))  # [Nk]
+        pad = n_kblocks * kb - Nk
+        blk_any = torch.nn.functional.pad(col_any, (0, pad)).view(n_kblocks, kb).any(dim=1)
+        blocks = blk_any.nonzero().flatten()
+        if blocks.numel() == 0:
+            out[:, :, s:e] = 0
+            continue
+        idx = (blocks[:, None] * kb + torch.arange(kb, device=q.device)[None]).flatten()
+        idx = idx[idx < Nk]
+        if idx.numel() == Nk:
+            k_t, v_t, kp_t, al_t = k, v, k_pos, allowed
+        else:
+            k_t, v_t = k.index_select(2, idx), v.index_select(2, idx)
+            kp_t, al_t = k_pos.index_select(1, idx), allowed.index_select(3, idx)
+        q_t, qs_t = q[:, :, s:e], q_scale[:, :, s:e]
+        scores = _scores_tile(parts, q_t, k_t, qp_t, kp_t, freqs, qs_t)
+        out[:, :, s:e] = _finish(parts, scores, al_t, v_t, q_t, k_t, qp_t, kp_t, qs_t)
+    return out
+
+
+# ====================================================================== flex path
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128):
+    """BlockMask for ``allowed_fn(qp, kp)`` built one query block row at a time, so memory is
+    O(block x Nk) rather than the O(Nq x Nk) of evaluating the mask on the full grid."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    B, Nq = q_pos.shape
+    Nk = k_pos.shape[1]
+    nqb, nkb = (Nq + block - 1) // block, (Nk + block - 1) // block
+    partial = torch.zeros(B, 1, nqb, nkb, dtype=torch.bool)
+    full = torch.zeros(B, 1, nqb, nkb, dtype=torch.bool)
+    for i in range(nqb):
+        s, e = i * block, min(Nq, (i + 1) * block)
+        a = allowed_fn(q_pos[:, s:e, None], k_pos[:, None, :])  # [B,t,Nk]
+        pad = nkb * block - Nk
+        a_any = torch.nn.functional.pad(a, (0, pad), value=False).view(B, e - s, nkb, block)
+        a_all = torch.nn.functional.pad(a, (0, pad), value=True).view(B, e - s, nkb, block)
+        anyb = a_any.any(dim=(1, 3))
+        allb = a_all.all(dim=(1, 3)) & (e - s == block)
+        full[:, 0, i] = allb
+        partial[:, 0, i] = anyb & ~allb
+
+    def to_idx(m):
+        num = m.sum(-1).to(torch.int32)
+        order = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return num, order
+
+    kv_num, kv_idx = to_idx(partial)
+    f_num, f_idx = to_idx(full)
+    qp_c, kp_c = q_pos.contiguous(), k_pos.contiguous()
+
+    def mask_mod(b, h, qi, ki):
+        return allowed_fn(qp_c[b, qi], kp_c[b, ki])
+
+    return BlockMask.from_kv_blocks(kv_num, kv_idx, f_num, f_idx, BLOCK_SIZE=block, mask_mod=mask_mod,
+                                    seq_lengths=(Nq, Nk))
+
+
+def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
+    return (parts.single_branch and parts.relative is None and not needs_grad
+            and (parts.bias is None or not any(p.requires_grad for p in parts.bias.parameters())
+                 or not torch.is_grad_enabled()))
+
+
+def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
+    B, H, Nq, D = q.shape
+    br = parts.branches[0]
+    rot = _rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale)
+    bm = build_block_mask(parts.allowed, q_pos, k_pos)
+    score_mod = None
+    if parts.bias is not None:
+        bias, qp_c, kp_c = parts.bias, q_pos.contiguous(), k_pos.contiguous()
+
+        def score_mod(score, b, h, qi, ki):
+            qp, kp = qp_c[b, qi], kp_c[b, ki]
+            return score + bias.score(h, parts.bias_query_pos(qp, kp), kp).to(score.dtype)
+
+    # the softmax scale is already folded into q
+    out = _compiled_flex()(rot.q.contiguous(), rot.k.contiguous(), v.contiguous(), score_mod=score_mod,
+                           block_mask=bm, scale=1.0)
+    return out
+
+
+# ====================================================================== entry point
+def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
+                  scale: float | None = None) -> torch.Tensor:
+    """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    q_pos = as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
+    k_pos = as_positions(k_pos, B, Nk, k.device)
+    k, v = _expand_kv(k, H), _expand_kv(v, H)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if impl == "auto":
+        if needs_grad and Nq * Nk <= 4096 * 4096:
+            impl = "reference"
+        elif flex_applicable(parts, needs_grad) and Nq >= 128:
+            impl = "flex"
+        else:
+            impl = "blockwise" if Nq * Nk > 512 * 512 else "reference"
+    if impl == "flex" and not flex_applicable(parts, needs_grad):
+        impl = "blockwise"  # documented fallback: compiled CPU flex has no LSE / backward
+    path = {"reference": _reference, "blockwise": _blockwise, "flex": _flex}[impl]
+
+    ells = parts.schedule_lengths(q_pos, k_pos)
+    if ells is None:
+        freqs = parts.frequencies(None) if parts.rope is not None else None
+        attn_scale = freqs.attention_scale if freqs is not None else 1.0
+        q_scale = _query_scale(parts, q_pos, attn_scale, q.dtype, scale)
+        return path(parts, q, k, v, q_pos, k_pos, freqs, q_scale)
+
+    # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
+    out = None
+    for ell in torch.unique(ells).tolist():
+        freqs = parts.frequencies(int(ell))
+        q_scale = _query_scale(parts, q_pos, freqs.attention_scale, q.dtype, scale)
+        sel = ells == ell  # [B,Nq]
+        if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
+            idx = sel[0].nonzero().flatten()
+            o = path(parts, q.index_select(2, idx), k, v, q_pos.index_select(1, idx), k_pos, freqs,
+                     q_scale.index_select(2, idx))
+            if out is None:
+                out = torch.zeros(B, H, Nq, v.shape[-1], dtype=o.dtype, device=o.device)
+            out = out.index_copy(2, idx, o)
+        else:
+            o = path(parts, q, k, v, q_pos, k_pos, freqs, q_scale)
+            out = o if out is None else torch.where(sel[:, None, :, None], o, out)
+    return out
+
+
+def attention(q, k, v, scheme: PositionScheme, q_pos=None, k_pos=None, impl: str = "auto",
+              scale: float | None = None) -> torch.Tensor:
+    """Functional attention for parameter-free schemes (RoPE and its extensions, ALiBi, masks,
+    remaps): ``q [B,H,Nq,D]``, ``k, v [B,Hk,Nk,D]`` un-rotated; positions default to the last Nq of
+    0..Nk-1. Returns ``[B,H,Nq,D]``. Schemes with learned parts need :class:`PositionalAttention`."""
+    if not isinstance(scheme, PositionScheme):
+        raise ValueError(f"scheme must be a PositionScheme, got {type(scheme).__name__}")
+    parts = _parts_for(scheme.to_json(), q.shape[1], q.shape[-1])
+    return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale)
+
+
+class PositionalAttention(nn.Module):
+    """Multi-head attention (q/k/v/o projections) that executes any :class:`PositionScheme`,
+    including its learned parts (T5 table, KERPLE r1/r2, Shaw/XL/DeBERTa tables, Infini gate).
+
+    ``forward(x [B,N,dim], positions=None, impl="auto", cache=None, layer=None, memory=None)``.
+    """
+
+    def __init__(self, dim: int, n_heads: int, scheme: PositionScheme, n_kv_heads: int | None = None,
+                 bias: bool = False):
+        super().__init__()
+        if dim % n_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        self.dim, self.n_heads = dim, n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        self.head_dim = dim // n_heads
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.k_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(dim, dim, bias=bias)
+        self.parts = AttentionParts(scheme, n_heads, self.head_dim)
+        self.memory = None
+        if scheme.memory is not None and scheme.memory.kind == "infini":
+            from posenc.memory import InfiniMemory
+
+            self.memory = InfiniMemory(n_heads, self.head_dim, **scheme.memory.params)
+
+    @property
+    def scheme(self) -> PositionScheme:
+        return self.parts.scheme
+
+    def project(self, x):
+        B, N, _ = x.shape
+        q = self.q_proj(x).view(B, N, self.n_heads, self.head_dim).transpose(1, 2)  # [B,H,N,D]
+        k = self.k_proj(x).view(B, N, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B,Hk,N,D]
+        v = self.v_proj(x).view(B, N, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def forward(self, x, positions=None, impl: str = "auto", cache=None, layer: int | None = None,
+                context=None):
+        """``context``: optional ``(k_ctx, v_ctx, pos_ctx)`` extra keys placed before x's keys
+        (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache."""
+        B, N, _ = x.shape
+        positions = as_positions(positions, B, N, x.device)
+        q, k, v = self.project(x)
+        if self.memory is not None:
+            out = self.memory(q, k, v, positions, lambda *a, **kw: run_attention(self.parts, *a, impl=impl, **kw))
+        else:
+            k_pos = positions
+            if context is not None:
+                kc, vc, pc = context
+                k, v = torch.cat([kc, k], dim=2), torch.cat([vc, v], dim=2)
+                k_pos = torch.cat([pc, positions], dim=1)
+            if cache is not None:
+                k, v, k_pos = cache.update(layer, k, v, positions, self.parts)
+            out = run_attention(self.parts, q, k, v, positions, k_pos, impl=impl)
+        out = out.transpose(1, 2).reshape(B, N, self.dim)  # [B,N,H*D]
+        return self.o_proj(out)

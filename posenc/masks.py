@@ -1,0 +1,105 @@
+"""Mask part: which keys a query may see.
+
+Every mask is a frozen dataclass whose ``allowed(qp, kp)`` is an *elementwise* function of query
+and key positions (LongTensors that broadcast). The same function serves the reference path (called
+on grids ``qp [B,1,Nq,1]``, ``kp [B,1,1,Nk]``) and FlexAttention's ``mask_mod`` (called on 0-d
+tensors). ``never_visible_again(kp, qp_latest)`` tells the KV cache which keys no future query
+(position > qp_latest) can see, so windowed schemes keep memory bounded by the window.
+
+Masks compose by conjunction (:class:`MaskSpec` holds the parts a scheme switches on).
+
+Papers:
+- causal: Vaswani et al. 2017 (arXiv 1706.03762).
+- sliding window: Beltagy et al., Longformer (arXiv 2004.05150); seed 000 notes it alone fails.
+- Lambda-shape (n_global first tokens + local window): LM-Infinite, Han et al. (arXiv 2308.16137).
+- attention sinks + recent window: StreamingLLM, Xiao et al. (arXiv 2309.17453).
+- blockwise causal attention (BCA): xPos / LEX, Sun et al. (arXiv 2212.10554), block = L_train / 2:
+  a query sees its own block and the previous one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from posenc._util import check_positive_int
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """Conjunction of mask parts. ``None``/0 switches a part off.
+
+    - ``causal``: kp <= qp.
+    - ``window``: a key is visible if qp - kp < window (the current token counts as 1) ...
+    - ``n_sinks``: ... or if kp < n_sinks (the first tokens: LM-Infinite's global branch,
+      StreamingLLM's attention sinks). Without ``window`` the sinks change nothing.
+    - ``block``: BCA: visible if kp // block >= qp // block - 1.
+    """
+
+    causal: bool = True
+    window: int | None = None
+    n_sinks: int = 0
+    block: int | None = None
+
+    def __post_init__(self):
+        if self.window is not None:
+            check_positive_int("mask.window", self.window)
+        if self.block is not None:
+            check_positive_int("mask.block", self.block)
+        if isinstance(self.n_sinks, bool) or not isinstance(self.n_sinks, int) or self.n_sinks < 0:
+            raise ValueError(f"mask.n_sinks must be an integer >= 0, got {self.n_sinks!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"mask.causal must be a bool, got {self.causal!r}")
+
+    # ------------------------------------------------------------------ elementwise
+    def allowed(self, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
+        ok = kp <= qp if self.causal else torch.ones_like(qp - kp, dtype=torch.bool)
+        if self.window is not None:
+            near = (qp - kp) < self.window
+            if self.n_sinks:
+                near = near | (kp < self.n_sinks)
+            ok = ok & near
+        if self.block is not None:
+            ok = ok & (torch.div(kp, self.block, rounding_mode="floor")
+                       >= torch.div(qp, self.block, rounding_mode="floor") - 1)
+        return ok
+
+    def never_visible_again(self, kp: torch.Tensor, qp_latest: torch.Tensor) -> torch.Tensor:
+        """Keys that no query at a position > ``qp_latest`` can see (safe to evict from a cache).
+
+        Positions only grow during generation, so a key outside the window of the next query is
+        outside the window of every later one. Sinks are never evicted.
+        """
+        gone = torch.zeros_like(kp, dtype=torch.bool)
+        nxt = qp_latest + 1
+        if self.window is not None:
+            far = (nxt - kp) >= self.window
+            if self.n_sinks:
+                far = far & (kp >= self.n_sinks)
+            gone = gone | far
+        if self.block is not None:
+            gone = gone | (torch.div(kp, self.block, rounding_mode="floor")
+                           < torch.div(nxt, self.block, rounding_mode="floor") - 1)
+        return gone
+
+    def bounded_size(self) -> int | None:
+        """Most keys any query can see, or None if unbounded (used to size caches)."""
+        sizes = []
+        if self.window is not None:
+            sizes.append(self.window + self.n_sinks)
+        if self.block is not None:
+            sizes.append(2 * self.block)
+        return min(sizes) if sizes else None
+
+    @property
+    def is_plain_causal(self) -> bool:
+        return self.causal and self.window is None and self.block is None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def materialize(mask: MaskSpec, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Boolean mask ``[B, 1, Nq, Nk]`` for positions ``q_pos [B,Nq]``, ``k_pos [B,Nk]``."""
+    return mask.allowed(q_pos[:, None, :, None], k_pos[:, None, None, :])

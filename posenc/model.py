@@ -1,0 +1,198 @@
+"""``TinyLM``: a small pre-norm decoder-only LM built from a :class:`PositionScheme`.
+
+Token embedding -> the scheme's embedding part -> n_layers x [RMSNorm -> PositionalAttention ->
+residual -> RMSNorm -> GELU MLP -> residual] -> RMSNorm -> tied LM head (nanoGPT-style).
+
+``model.with_scheme(scheme)`` returns the same weights under another scheme: this is how the lab
+applies training-free extension methods to a RoPE-trained model (``scheme.extend("yarn", ...)``)
+and how a learned table is read through Su's hierarchical decomposition.
+
+Transformer-XL's recurrence (scheme.memory ``xl_recurrence``): the sequence is processed in
+segments of ``mem_len``; each layer sees the previous segment's (detached) inputs as extra keys.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from posenc._util import as_positions, check_positive_int
+from posenc.attention import PositionalAttention
+from posenc.scheme import PositionScheme
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    scheme: PositionScheme
+    train_len: int
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    n_kv_heads: int | None = None
+
+    def __post_init__(self):
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "train_len", "mlp_ratio"):
+            check_positive_int(f"LMConfig.{name}", getattr(self, name))
+        if self.dim % self.n_heads:
+            raise ValueError(f"LMConfig.dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
+        if not isinstance(self.scheme, PositionScheme):
+            raise ValueError("LMConfig.scheme must be a PositionScheme")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["scheme"] = self.scheme.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LMConfig:
+        d = dict(d)
+        d["scheme"] = PositionScheme.from_dict(d["scheme"])
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.norm1 = RMSNorm(cfg.dim)
+        self.attn = PositionalAttention(cfg.dim, cfg.n_heads, cfg.scheme, n_kv_heads=cfg.n_kv_heads)
+        self.norm2 = RMSNorm(cfg.dim)
+        hidden = cfg.mlp_ratio * cfg.dim
+        self.mlp = nn.Sequential(nn.Linear(cfg.dim, hidden), nn.GELU(), nn.Linear(hidden, cfg.dim))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, positions, impl="auto", cache=None, layer=None, context=None):
+        x = x + self.drop(self.attn(self.norm1(x), positions, impl=impl, cache=cache, layer=layer,
+                                    context=context))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+def build_embedding(scheme: PositionScheme, dim: int, vocab_size: int) -> nn.Module:
+    from posenc.absolute import EMBEDDINGS
+
+    kind = scheme.embedding.kind
+    if kind not in EMBEDDINGS:
+        raise ValueError(f"unknown embedding {kind!r}; known: {sorted(EMBEDDINGS)}")
+    cls = EMBEDDINGS[kind]
+    available = {"dim": dim, "vocab_size": vocab_size, **scheme.embedding.params}
+    sig = inspect.signature(cls)
+    kwargs = {k: v for k, v in available.items() if k in sig.parameters}
+    return cls(**kwargs)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, cfg: LMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.pos = build_embedding(cfg.scheme, cfg.dim, cfg.vocab_size)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def scheme(self) -> PositionScheme:
+        return self.cfg.scheme
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, input_ids: torch.Tensor, positions=None, cache=None, impl: str = "auto") -> torch.Tensor:
+        """``input_ids [B,N]`` -> logits ``[B,N,V]``. With ``cache`` (see :mod:`posenc.cache`), the
+        tokens are appended after what the cache holds and positions continue from it."""
+        B, N = input_ids.shape
+        if positions is None:
+            start = cache.next_positions() if cache is not None else None
+            positions = (torch.arange(N, device=input_ids.device)[None] if start is None
+                         else start[:, None] + torch.arange(N, device=input_ids.device)[None])
+        positions = as_positions(positions, B, N, input_ids.device)
+        limit = self.scheme.max_positions
+        if limit is not None and int(positions.max()) >= limit:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond what the {self.scheme.embedding.kind!r} embedding "
+                f"can address ({limit}); evaluate it with model.with_scheme(PositionScheme.preset('hierarchical', "
+                f"train_len={self.cfg.train_len})) or keep sequences within {limit}")
+        if cache is not None:
+            cache.check_model(self, B)
+        x = self.drop(self.pos(self.tok(input_ids), positions, input_ids=input_ids))
+        mem = self.scheme.memory
+        if mem is not None and mem.kind == "xl_recurrence" and cache is None:
+            x = self._forward_xl(x, positions, int(mem.params.get("mem_len") or self.cfg.train_len), impl)
+        else:
+            for i, blk in enumerate(self.blocks):
+                x = blk(x, positions, impl=impl, cache=cache, layer=i)
+        if cache is not None:
+            cache.advance(positions)
+        return F.linear(self.norm(x), self.tok.weight)  # tied head
+
+    def _forward_xl(self, x, positions, seg: int, impl):
+        """Segment-level recurrence: segments of ``seg`` tokens; layer l of segment s attends to
+        its own segment and, gradient-stopped, to layer l's input of segment s-1."""
+        outs, prev = [], None  # prev: per-layer inputs of the previous segment
+        for s in range(0, x.shape[1], seg):
+            h, pos = x[:, s:s + seg], positions[:, s:s + seg]
+            cur = []
+            for i, blk in enumerate(self.blocks):
+                cur.append(h)
+                context = None
+                if prev is not None:
+                    ph, ppos = prev[i]
+                    ph = blk.norm1(ph.detach())
+                    _, kc, vc = blk.attn.project(ph)
+                    context = (kc, vc, ppos)
+                h = blk(h, pos, impl=impl, context=context)
+            prev = [(c, pos) for c in cur]
+            outs.append(h)
+        return torch.cat(outs, dim=1)
+
+    # ------------------------------------------------------------------ schemes
+    def with_scheme(self, scheme: PositionScheme | str, **params) -> TinyLM:
+        """The same weights under another scheme. ``scheme`` may be a method name applied to this
+        model's scheme (``model.with_scheme("yarn", factor=4)``)."""
+        if isinstance(scheme, str):
+            scheme = self.scheme.extend(scheme, **params) if scheme not in ("hierarchical",) else (
+                PositionScheme.preset("hierarchical", train_len=self.cfg.train_len, **params))
+        elif params:
+            raise ValueError("params are only accepted with a method name")
+        new = TinyLM(replace(self.cfg, scheme=scheme))
+        missing, unexpected = new.load_state_dict(self.state_dict(), strict=False)
+        if missing or unexpected:
+            raise ValueError(f"scheme {scheme.name!r} does not fit these weights: missing {missing[:4]}, "
+                             f"unexpected {unexpected[:4]}; only schemes with the same learned parts apply")
+        return new.to(next(self.parameters()).device).train(self.training)
+
+    def new_cache(self, batch_size: int, **kw):
+        from posenc.cache import KVCache
+
+        return KVCache.for_model(self, batch_size, **kw)

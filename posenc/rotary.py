@@ -1,0 +1,264 @@
+"""Rotary position embedding (RoPE) and xPos: the q/k-transform part of a positional scheme.
+
+RoPE (Su et al., "RoFormer", arXiv 2104.09864) rotates each pair of features of q and k by the angle
+``position * inv_freq[i]``, so that ``<R_m q, R_n k>`` depends only on ``m - n``.
+xPos (Sun et al., "A Length-Extrapolatable Transformer", arXiv 2212.10554) additionally multiplies q by
+``zeta ** (pos / scale_base)`` and k by its inverse, so the logit decays with distance.
+
+Shape legend: ``B`` batch, ``H`` heads, ``N`` sequence, ``D`` head_dim, ``R`` rotary_dim (<= D), ``R/2``
+the number of rotated pairs (= len(inv_freq)).
+
+Layouts (which features form a rotated pair):
+
+* ``"half"``: pair ``(i, i + R/2)``; Llama / GPT-NeoX / Hugging Face ``rotate_half``.
+* ``"interleaved"``: pair ``(2i, 2i + 1)``; RoFormer, GPT-J, the seed notes, ``rotary-embedding-torch``.
+
+Both rotate pair ``i`` by ``+position * inv_freq[i]`` (``a' = a cos - b sin``, ``b' = b cos + a sin``, where
+``a`` is the first member of the pair). With ``rotary_dim < D`` (partial rotary, GPT-NeoX/GPT-J) only the
+first ``rotary_dim`` features are rotated and the rest pass through unchanged.
+
+Precision: angles ``position * inv_freq`` are formed in float64 (positions are exact integers there, so the
+angle error is ~1e-16 relative: < 1e-8 rad at position 2^24), cos/sin are then cast (float32 by default).
+The rotation itself runs in ``promote_types(x.dtype, cos.dtype)`` (float32 for bf16/fp16 ``x`` with the
+default float32 cos/sin) and the result is cast back to ``x.dtype``, so a bf16 input at position 10^6 only
+suffers the final bf16 rounding. Angles are never computed in ``x``'s dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._util import as_positions, check_finite, check_positive_int
+
+__all__ = [
+    "LAYOUTS",
+    "RopeAngleCache",
+    "apply_rope",
+    "apply_rope_cos_sin",
+    "rope_angles",
+    "rope_cos_sin",
+    "xpos_scale",
+]
+
+LAYOUTS = ("half", "interleaved")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def _check_layout(layout) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def _check_inv_freq(inv_freq) -> torch.Tensor:
+    if not isinstance(inv_freq, torch.Tensor):
+        inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
+    if inv_freq.dim() != 1 or not inv_freq.is_floating_point():
+        raise ValueError(f"inv_freq must be a 1-D float tensor [rotary_dim // 2], got dtype {inv_freq.dtype} "
+                         f"and shape {tuple(inv_freq.shape)}")
+    if inv_freq.numel() == 0:
+        raise ValueError("inv_freq must have at least one frequency (rotary_dim >= 2)")
+    if not bool(torch.isfinite(inv_freq).all()):
+        raise ValueError("inv_freq must be finite")
+    return inv_freq
+
+
+def _resolve_rotary_dim(rotary_dim, head_dim: int, half_pairs: int) -> int:
+    """Return the number of rotated features; ``half_pairs`` is len(inv_freq) or cos.shape[-1]."""
+    if rotary_dim is None:
+        rotary_dim = head_dim
+    rotary_dim = check_positive_int("rotary_dim", rotary_dim, minimum=2)
+    if rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even (features are rotated in pairs), got {rotary_dim}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+    if half_pairs != rotary_dim // 2:
+        raise ValueError(f"inv_freq (or cos/sin) has {half_pairs} frequencies but rotary_dim // 2 = "
+                         f"{rotary_dim // 2}; pass rotary_dim = 2 * len(inv_freq) for partial rotary")
+    return rotary_dim
+
+
+# ----------------------------------------------------------------------------------------------------------
+# angles and cos/sin
+
+
+def rope_angles(positions, inv_freq, freq_scale: float = 1.0) -> torch.Tensor:
+    """Float64 angles ``theta[b, 0, n, i] = positions[b, n] * inv_freq[i] * freq_scale``: ``[B, 1, N, R/2]``.
+
+    ``positions`` is ``[N]`` or ``[B, N]`` (non-negative integers, see ``posenc._util.as_positions``).
+    """
+    inv_freq = _check_inv_freq(inv_freq)
+    freq_scale = check_finite("freq_scale", freq_scale, minimum=0.0, strict_min=True)
+    pos = as_positions(positions, device=inv_freq.device)  # [B, N] long
+    freqs = inv_freq.to(torch.float64) * freq_scale  # [R/2] float64
+    # [B, N, 1] * [R/2] -> [B, N, R/2] -> [B, 1, N, R/2]
+    return (pos.to(torch.float64).unsqueeze(-1) * freqs).unsqueeze(1)
+
+
+def rope_cos_sin(positions, inv_freq, dtype: torch.dtype = torch.float32, scale: float = 1.0,
+                 freq_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)`` of the RoPE angles, each ``[B, 1, N, R/2]`` in ``dtype`` (one value per pair).
+
+    Formula: ``cos = scale * cos(p * inv_freq * freq_scale)``, same for sin, angles in float64 and cast to
+    ``dtype`` only after cos/sin. ``scale`` is Hugging Face's ``attention_scaling`` (YaRN's attention factor;
+    it multiplies both cos and sin, so q.k is scaled by ``scale**2``). ``freq_scale`` multiplies inv_freq
+    (e.g. position interpolation by 1/factor of one branch). Unlike HF, cos/sin are *not* duplicated to the
+    full head_dim: the layout is applied in :func:`apply_rope_cos_sin`. Reuse the result across layers.
+    """
+    scale = check_finite("scale", scale)
+    angles = rope_angles(positions, inv_freq, freq_scale)  # [B, 1, N, R/2] float64
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype), sin.to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# rotation
+
+
+def apply_rope_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str = "half",
+                       rotary_dim: int | None = None) -> torch.Tensor:
+    """Rotate ``x [B, H, N, D]`` by precomputed ``cos, sin [B or 1, 1, N, R/2]`` (see :func:`rope_cos_sin`).
+
+    Pair ``(a, b)`` of pair index ``i`` becomes ``(a cos_i - b sin_i, b cos_i + a sin_i)``; pairs are
+    ``(i, i + R/2)`` for ``layout="half"`` and ``(2i, 2i+1)`` for ``"interleaved"``. ``rotary_dim`` (default
+    ``D``) features are rotated; features ``rotary_dim:`` pass through. Computes in
+    ``promote_types(x.dtype, cos.dtype)`` and returns ``x.dtype``.
+    """
+    _check_layout(layout)
+    if x.dim() != 4:
+        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    if cos.shape != sin.shape or cos.dim() != 4:
+        raise ValueError(f"cos and sin must both be [B, 1, N, rotary_dim // 2], got {tuple(cos.shape)} "
+                         f"and {tuple(sin.shape)}")
+    if cos.shape[-2] != x.shape[-2]:
+        raise ValueError(f"cos/sin have {cos.shape[-2]} positions but x has seq length {x.shape[-2]}")
+    if cos.shape[0] not in (1, x.shape[0]) or cos.shape[1] not in (1, x.shape[1]):
+        raise ValueError(f"cos/sin of shape {tuple(cos.shape)} do not broadcast to x {tuple(x.shape)}")
+    rot = _resolve_rotary_dim(rotary_dim, x.shape[-1], cos.shape[-1])
+    half = rot // 2
+    work = torch.promote_types(x.dtype, cos.dtype)
+    c, s = cos.to(work), sin.to(work)
+    x_rot = x[..., :rot].to(work)  # [B, H, N, R]
+    if layout == "half":
+        x1, x2 = x_rot[..., :half], x_rot[..., half:]  # [B, H, N, R/2] each
+        out = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)  # [B, H, N, R]
+    else:
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]  # even / odd features, [B, H, N, R/2] each
+        out = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)  # [B, H, N, R/2, 2] -> R
+    out = out.to(x.dtype)
+    if rot == x.shape[-1]:
+        return out
+    return torch.cat((out, x[..., rot:]), dim=-1)  # partial rotary: [B, H, N, D]
+
+
+def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str = "half",
+               rotary_dim: int | None = None) -> torch.Tensor:
+    """Rotary position embedding of ``x [B, H, N, D]`` at integer ``positions [N] or [B, N]``.
+
+    RoFormer (arXiv 2104.09864): pair ``i`` is rotated by ``position * inv_freq[i]``; ``inv_freq`` has
+    ``rotary_dim // 2`` entries (``rotary_dim`` defaults to ``D``). ``layout="half"`` matches Hugging Face
+    Llama / GPT-NeoX ``apply_rotary_pos_emb``; ``"interleaved"`` matches RoFormer and
+    ``rotary-embedding-torch``.
+    Angles in float64, cos/sin in float32, output in ``x.dtype``. Equals
+    ``apply_rope_cos_sin(x, *rope_cos_sin(positions, inv_freq), layout, rotary_dim)``.
+    """
+    _check_layout(layout)
+    inv_freq = _check_inv_freq(inv_freq)
+    if x.dim() != 4:
+        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
+    pos = as_positions(positions, seq=x.shape[-2], device=x.device)  # [B or 1, N]; [1, N] broadcasts
+    if pos.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
+    cos, sin = rope_cos_sin(pos, inv_freq.to(x.device), dtype=torch.float32)
+    return apply_rope_cos_sin(x, cos, sin, layout, rotary_dim)
+
+
+class RopeAngleCache:
+    """Float32 cos/sin table for positions ``0 .. capacity-1``, built once from float64 angles.
+
+    ``cos_sin(positions)`` indexes the table (growing it by doubling when a position is beyond it), so the
+    result is bit-identical to :func:`rope_cos_sin` at a fraction of the cost. One table per
+    ``(inv_freq, scale, freq_scale, dtype)``; memory ``2 * capacity * R/2`` values.
+    """
+
+    def __init__(self, inv_freq: torch.Tensor, max_position: int = 4096, scale: float = 1.0,
+                 freq_scale: float = 1.0, dtype: torch.dtype = torch.float32):
+        self.inv_freq = _check_inv_freq(inv_freq)
+        self.scale = check_finite("scale", scale)
+        self.freq_scale = check_finite("freq_scale", freq_scale, minimum=0.0, strict_min=True)
+        self.dtype = dtype
+        self.capacity = 0
+        self._cos = self._sin = None
+        self._build(check_positive_int("max_position", max_position))
+
+    def _build(self, capacity: int) -> None:
+        table_pos = torch.arange(capacity, device=self.inv_freq.device)
+        cos, sin = rope_cos_sin(table_pos, self.inv_freq, self.dtype, self.scale, self.freq_scale)
+        self._cos, self._sin = cos[0, 0], sin[0, 0]  # [capacity, R/2]
+        self.capacity = capacity
+
+    def cos_sin(self, positions) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)`` each ``[B, 1, N, R/2]`` for ``positions [N] or [B, N]``."""
+        pos = as_positions(positions, device=self.inv_freq.device)  # [B, N]
+        need = int(pos.max()) + 1 if pos.numel() else 0
+        if need > self.capacity:
+            self._build(max(need, 2 * self.capacity))
+        return self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)  # [B, N, R/2] -> [B, 1, N, R/2]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# xPos
+
+
+def xpos_scale(positions, head_dim: int, scale_base: float = 512, gamma: float = 0.4, layout: str = "half",
+               center=0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """xPos scale ``[B, 1, N, head_dim]``: multiply rotated q by it and rotated k by its inverse.
+
+    Sun et al., arXiv 2212.10554: ``zeta_i = (2i / D + gamma) / (1 + gamma)`` for ``i = 0 .. D/2 - 1``,
+    ``scale[b, 0, n, pair i] = zeta_i ** ((positions[b, n] - center) / scale_base)``, so
+    ``q.k`` gains the factor ``zeta ** ((m - n) / scale_base)``, which depends only on ``m - n``. Each pair's
+    value is written to both of its features: ``cat(z, z)`` for ``layout="half"``, ``repeat_interleave(z, 2)``
+    for ``"interleaved"``. Exponent in float64, cast to ``dtype``.
+
+    ``center`` (an int, or a tensor ``[B]`` for per-row centres) is subtracted from the positions before
+    exponentiation; it cancels in ``q.k`` but keeps the scales near 1 (``zeta < 1``, so a large positive
+    exponent underflows q's scale and overflows k's). The reference implementations centre on the sequence:
+
+    * ``rotary-embedding-torch`` (``RotaryEmbedding(use_xpos=True).rotate_queries_and_keys``): positions
+      ``0..N-1`` and ``power = (t - N // 2) / scale_base``, i.e. ``center = N // 2``; it uses the interleaved
+      layout. (Its ``get_scale`` caches the first sequence length's scales, so later shorter calls reuse a
+      table centred for the old length.)
+    * torchscale's ``XPOS``: exponents ``arange(-(N // 2) rounded toward -inf, ...)``, i.e.
+      ``center = ceil(N / 2)`` (``-(N) // 2`` in Python); equal to the above for even ``N``.
+
+    ``center=0`` (default) is the un-centred form of the paper's equations.
+    """
+    _check_layout(layout)
+    head_dim = check_positive_int("head_dim", head_dim, minimum=2)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even for xPos, got {head_dim}")
+    scale_base = check_finite("scale_base", scale_base, minimum=0.0, strict_min=True)
+    gamma = check_finite("gamma", gamma, minimum=0.0)
+    pos = as_positions(positions)  # [B, N]
+    if isinstance(center, torch.Tensor):
+        if center.is_floating_point() or center.dim() > 1:
+            raise ValueError(f"center must be an int or an integer tensor [batch], got {center.dtype} "
+                             f"shape {tuple(center.shape)}")
+        center = center.to(pos.device, torch.float64).reshape(-1, 1)  # [B or 1, 1]
+    elif isinstance(center, bool) or not isinstance(center, int):
+        raise ValueError(f"center must be an int or an integer tensor [batch], got {center!r}")
+    i = torch.arange(head_dim // 2, device=pos.device, dtype=torch.float64)
+    zeta = (2.0 * i / head_dim + gamma) / (1.0 + gamma)  # [D/2]
+    power = (pos.to(torch.float64) - center) / scale_base  # [B, N]
+    scale = zeta ** power.unsqueeze(-1)  # [B, N, D/2]
+    if layout == "half":
+        scale = torch.cat((scale, scale), dim=-1)  # [B, N, D]
+    else:
+        scale = scale.repeat_interleave(2, dim=-1)  # [B, N, D]
+    return scale.unsqueeze(1).to(dtype)  # [B, 1, N, D]

@@ -1,0 +1,485 @@
+"""``PositionScheme``: one typed, validated config naming every positional part.
+
+A method from the papers is a *preset* of it; attention asks the scheme for its parts and nothing
+else in the code branches on method names. Parts and where they act:
+
+==============  =====================================  =========================================
+part            field                                  built by
+==============  =====================================  =========================================
+embedding       ``embedding: Part``                    ``posenc.absolute.EMBEDDINGS``
+frequencies     ``rope.base``, ``rope.scaling``        ``posenc.frequencies.rope_frequencies``
+q/k transform   ``rope`` (layout, partial, xpos)       ``posenc.rotary``
+score bias      ``bias: Part``                         ``posenc.biases.BIASES``
+content-rel.    ``relative: Part``                     ``posenc.relative.RELATIVE``
+mask            ``mask: MaskSpec``                     ``posenc.masks``
+position remap  ``remap: Part``                        ``posenc.remap.REMAPS``
+logit scale     ``logn`` (+ YaRN attention factor)     ``posenc.remap.logn_scale``
+memory          ``memory: Part``                       ``posenc.memory.MEMORIES``
+==============  =====================================  =========================================
+
+Two kinds of presets:
+
+- trained-in schemes (``PositionScheme.preset("alibi")``), used to build and train a model;
+- inference-time methods applied to a trained RoPE scheme: ``scheme.extend("yarn", factor=4)``
+  keeps the model's base, layout and train length and changes only what the method changes.
+  ``PositionScheme.preset("yarn", factor=4, train_len=512)`` is the same applied to a default RoPE
+  scheme. Methods compose with ``+``: ``scheme.extend("rerope+logn")``, ``"ntk_mixed+logn"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from posenc._util import check_finite, check_positive_int
+from posenc.masks import MaskSpec
+
+
+def _check_params(where: str, params: dict) -> dict:
+    """Refuse NaN/inf anywhere in a config (HF silently propagates them)."""
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}.{key} must be finite, got {value}")
+        if isinstance(value, dict):
+            _check_params(f"{where}.{key}", value)
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ValueError(f"{where}.{key} must contain only finite numbers")
+    return params
+
+
+@dataclass(frozen=True)
+class Part:
+    """A registry-backed part: ``kind`` names the class, ``params`` its constructor arguments."""
+
+    kind: str
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ValueError(f"part kind must be a non-empty string, got {self.kind!r}")
+        _check_params(self.kind, dict(self.params))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, d) -> Part | None:
+        if d is None:
+            return None
+        if isinstance(d, str):
+            return cls(d)
+        return cls(d["kind"], dict(d.get("params", {})))
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary part: frequencies (``base`` + an HF-style ``scaling`` dict) and the q/k transform.
+
+    ``dynamic`` decides what length a dynamic schedule (dynamic NTK, dynamic YaRN) sees:
+    ``"query"`` (default): the query at position m uses the schedule for length m + 1 (rounded up
+    to a multiple of ``dynamic_step``), so a full forward equals token-by-token decoding with a
+    cache; ``"sequence"``: every query uses the length of the whole call (Hugging Face's forward).
+    """
+
+    base: float = 10000.0
+    scaling: dict | None = None
+    layout: str = "half"
+    partial_rotary_factor: float = 1.0
+    xpos: bool = False
+    xpos_scale_base: int = 512
+    dynamic: str = "query"
+    dynamic_step: int = 1
+
+    def __post_init__(self):
+        check_finite("rope.base", self.base, minimum=0.0, strict_min=True)
+        check_finite("rope.partial_rotary_factor", self.partial_rotary_factor, minimum=0.0,
+                     maximum=1.0, strict_min=True)
+        if self.layout not in ("half", "interleaved"):
+            raise ValueError(f"rope.layout must be 'half' or 'interleaved', got {self.layout!r}")
+        if self.dynamic not in ("query", "sequence"):
+            raise ValueError(f"rope.dynamic must be 'query' or 'sequence', got {self.dynamic!r}")
+        check_positive_int("rope.dynamic_step", self.dynamic_step)
+        check_positive_int("rope.xpos_scale_base", self.xpos_scale_base)
+        if self.scaling is not None:
+            if not isinstance(self.scaling, dict):
+                raise ValueError(f"rope.scaling must be a dict or None, got {type(self.scaling).__name__}")
+            _check_params("rope.scaling", self.scaling)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_PART_FIELDS = ("embedding", "bias", "relative", "remap", "memory")
+
+
+@dataclass(frozen=True)
+class PositionScheme:
+    """Typed config of every positional part. See the module docstring for the parts."""
+
+    name: str = "custom"
+    embedding: Part = field(default_factory=lambda: Part("nope"))
+    rope: RopeSpec | None = None
+    bias: Part | None = None
+    relative: Part | None = None
+    mask: MaskSpec = field(default_factory=MaskSpec)
+    remap: Part | None = None
+    logn: bool = False
+    memory: Part | None = None
+    train_len: int | None = None
+
+    def __post_init__(self):
+        if self.train_len is not None:
+            check_positive_int("train_len", self.train_len)
+        if self.remap is not None and self.rope is None and self.bias is None:
+            raise ValueError(f"remap {self.remap.kind!r} needs a RoPE or bias part to remap positions for")
+        if self.logn and self.train_len is None:
+            raise ValueError("logn scaling needs train_len (the log base); pass train_len=...")
+        if self.remap is not None:
+            self.build_remap()  # validates its parameters now, not at the first forward
+
+    # ---------------------------------------------------------------- parts
+    def build_remap(self):
+        from posenc.remap import build_remap
+
+        return build_remap(self.remap.kind if self.remap else None,
+                           **(dict(self.remap.params) if self.remap else {}))
+
+    @property
+    def uses_rope(self) -> bool:
+        return self.rope is not None
+
+    @property
+    def is_dynamic(self) -> bool:
+        from posenc.frequencies import is_dynamic
+
+        return self.rope is not None and self.rope.scaling is not None and is_dynamic(self.rope.scaling)
+
+    @property
+    def max_positions(self) -> int | None:
+        """Longest sequence the embedding can address (a learned table), else None."""
+        if self.embedding.kind == "learned":
+            return int(self.embedding.params.get("max_positions", self.train_len or 0)) or None
+        if self.embedding.kind == "hierarchical":
+            n = int(self.embedding.params.get("max_positions", self.train_len or 0))
+            return n * n if n else None
+        return None
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"name": self.name}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "name":
+                continue
+            d[f.name] = v.to_dict() if hasattr(v, "to_dict") else v
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PositionScheme:
+        if not isinstance(d, dict):
+            raise ValueError(f"scheme must be a dict, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown scheme fields {sorted(unknown)}; known: {sorted(known)}")
+        kw: dict[str, Any] = {}
+        for k, v in d.items():
+            if k in _PART_FIELDS:
+                kw[k] = Part.from_dict(v) if v is not None else (Part("nope") if k == "embedding" else None)
+            elif k == "rope":
+                kw[k] = RopeSpec(**v) if v is not None else None
+            elif k == "mask":
+                kw[k] = MaskSpec(**v)
+            else:
+                kw[k] = v
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> PositionScheme:
+        return cls.from_dict(json.loads(s))
+
+    # ---------------------------------------------------------------- presets
+    @staticmethod
+    def presets() -> dict[str, str]:
+        """Preset name -> one-line description (trained-in schemes and inference-time methods)."""
+        out = {k: v[1] for k, v in TRAINED.items()}
+        out.update({k: v[1] for k, v in METHODS.items()})
+        return out
+
+    @classmethod
+    def preset(cls, name: str, **params) -> PositionScheme:
+        """Build a preset. Inference-time methods apply to a default RoPE scheme (``train_len``
+        required); ``"a+b"`` composes methods in order."""
+        if name in TRAINED:
+            return TRAINED[name][0](**params)
+        base_kw = {k: params.pop(k) for k in ("train_len", "base", "layout") if k in params}
+        if "train_len" not in base_kw:
+            raise ValueError(f"preset {name!r} is an inference-time method: pass train_len=<trained length>")
+        base = TRAINED["rope"][0](**base_kw)
+        return base.extend(name, **params)
+
+    def extend(self, method: str, **params) -> PositionScheme:
+        """Apply an inference-time method (or ``"a+b"``) to this scheme, keeping what it trained with.
+        Parameters are routed to the component that accepts them."""
+        names = [m.strip() for m in method.split("+") if m.strip()]
+        if not names:
+            raise ValueError("method must be a non-empty preset name")
+        for m in names:
+            if m not in METHODS and m not in ("none", "default"):
+                raise ValueError(f"unknown method {m!r}; inference-time methods: {sorted(METHODS)}")
+        scheme = self
+        remaining = dict(params)
+        for m in names:
+            if m in ("none", "default"):
+                continue
+            fn = METHODS[m][0]
+            accepted = METHODS[m][2]
+            mine = {k: remaining.pop(k) for k in list(remaining) if k in accepted}
+            scheme = fn(scheme, **mine)
+        if remaining:
+            raise ValueError(f"parameters {sorted(remaining)} are not used by method {method!r}")
+        name = method if self.name in ("rope", "custom") else f"{self.name}:{method}"
+        return replace(scheme, name=name)
+
+    def describe(self) -> str:
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                 if getattr(self, f.name) not in (None, False) and f.name != "name"]
+        return f"{self.name}(" + ", ".join(parts) + ")"
+
+
+# ===================================================================== trained-in presets
+def _rope(train_len=None, base=10000.0, layout="half", partial_rotary_factor=1.0, **kw):
+    return PositionScheme(name="rope", rope=RopeSpec(base=base, layout=layout,
+                                                     partial_rotary_factor=partial_rotary_factor, **kw),
+                          train_len=train_len)
+
+
+def _xpos(train_len=None, base=10000.0, scale_base=512):
+    return PositionScheme(name="xpos", rope=RopeSpec(base=base, xpos=True, xpos_scale_base=scale_base),
+                          train_len=train_len)
+
+
+def _embedding(kind):
+    def make(train_len=None, **params):
+        if kind in ("learned", "hierarchical"):
+            if train_len is None and "max_positions" not in params:
+                raise ValueError(f"preset {kind!r} needs train_len (the size of its learned table)")
+            params.setdefault("max_positions", train_len)
+        return PositionScheme(name=kind, embedding=Part(kind, params), train_len=train_len)
+
+    return make
+
+
+def _bias(kind):
+    def make(train_len=None, **params):
+        return PositionScheme(name=kind, bias=Part(kind, params), train_len=train_len)
+
+    return make
+
+
+def _relative(kind):
+    def make(train_len=None, **params):
+        memory = None
+        if kind == "transformer_xl":
+            mem_len = params.pop("mem_len", train_len)
+            memory = Part("xl_recurrence", {"mem_len": mem_len}) if mem_len else None
+        return PositionScheme(name=kind, relative=Part(kind, params), train_len=train_len, memory=memory)
+
+    return make
+
+
+def _infini(train_len=None, segment_len=None, rope=True, **params):
+    seg = segment_len or (train_len // 4 if train_len else None)
+    if seg is None:
+        raise ValueError("preset 'infini' needs train_len or segment_len")
+    return PositionScheme(name="infini", rope=RopeSpec(**params) if rope else None,
+                          memory=Part("infini", {"segment_len": seg}), train_len=train_len)
+
+
+TRAINED: dict[str, tuple[Callable[..., PositionScheme], str]] = {
+    "nope": (_embedding("nope"), "no positional information (causal mask only)"),
+    "sinusoidal": (_embedding("sinusoidal"), "Vaswani et al. 2017: fixed sin/cos added to embeddings"),
+    "learned": (_embedding("learned"), "trained absolute table (GPT-2/BERT); fails beyond its length"),
+    "hierarchical": (_embedding("hierarchical"), "Su: learned table extended to n^2 by decomposition"),
+    "floater": (_embedding("floater"), "Liu et al. 2020: positions from a neural ODE"),
+    "complex_order": (_embedding("complex_order"), "Wang et al. 2020: r e^{i(w p + theta)} embeddings"),
+    "shaw": (_relative("shaw"), "Shaw et al. 2018: clipped relative K and V embeddings"),
+    "transformer_xl": (_relative("transformer_xl"), "Dai et al. 2019: u, v, R terms + segment recurrence"),
+    "t5": (_bias("t5"), "Raffel et al. 2020: learned bucketed relative bias"),
+    "deberta": (_relative("deberta"), "He et al. 2021: disentangled c2p + p2c attention"),
+    "rope": (_rope, "Su et al. 2021: rotary position embedding"),
+    "xpos": (_xpos, "Sun et al. 2022: RoPE with exponential decay scale"),
+    "alibi": (_bias("alibi"), "Press et al. 2021: linear distance penalty per head"),
+    "kerple_power": (_bias("kerple_power"), "Chi et al. 2022: -r1 |m-n|^r2"),
+    "kerple_log": (_bias("kerple_log"), "Chi et al. 2022: -r1 log(1 + r2 |m-n|)"),
+    "sandwich": (_bias("sandwich"), "Chi et al. 2023: sinusoidal inner product bias"),
+    "infini": (_infini, "Munkhdalai et al. 2024: compressive memory + local attention"),
+}
+
+
+# ===================================================================== inference-time methods
+def _need_rope(scheme: PositionScheme, method: str) -> RopeSpec:
+    if scheme.rope is None:
+        raise ValueError(f"method {method!r} applies to a RoPE scheme; {scheme.name!r} has no rotary part")
+    return scheme.rope
+
+
+def _need_train_len(scheme: PositionScheme, method: str) -> int:
+    if scheme.train_len is None:
+        raise ValueError(f"method {method!r} needs the scheme's train_len (the length it was trained at)")
+    return scheme.train_len
+
+
+def _scaling_method(rope_type: str, needs_factor: bool = True, defaults: dict | None = None):
+    def apply(scheme: PositionScheme, factor=None, **params):
+        rope = _need_rope(scheme, rope_type)
+        train_len = _need_train_len(scheme, rope_type)
+        if rope.scaling is not None:
+            raise ValueError(f"{scheme.name!r} already has rope scaling {rope.scaling.get('rope_type')!r}; "
+                             f"frequency schedules do not stack")
+        if needs_factor and factor is None and "alpha" not in params:
+            raise ValueError(f"method {rope_type!r} needs factor (e.g. target length / train_len = "
+                             f"{'N'}/{train_len})")
+        scaling = {"rope_type": rope_type, "original_max_position_embeddings": train_len,
+                   **(defaults or {}), **params}
+        if factor is not None:
+            scaling["factor"] = check_finite(f"{rope_type}.factor", factor, minimum=1.0)
+        return replace(scheme, rope=replace(rope, scaling=scaling))
+
+    return apply
+
+
+def _base_change(scheme: PositionScheme, base=None):
+    rope = _need_rope(scheme, "rope_base")
+    if base is None:
+        raise ValueError("method 'rope_base' needs base=<new RoPE base> (larger or smaller than the trained one)")
+    return replace(scheme, rope=replace(rope, base=check_finite("base", base, minimum=0.0, strict_min=True)))
+
+
+def _remap_method(kind: str, defaults: Callable[[int], dict]):
+    def apply(scheme: PositionScheme, **params):
+        if scheme.rope is None and scheme.bias is None:
+            raise ValueError(f"method {kind!r} remaps relative positions; {scheme.name!r} has neither a "
+                             f"rotary nor a bias part")
+        if scheme.remap is not None:
+            raise ValueError(f"{scheme.name!r} already remaps positions ({scheme.remap.kind}); remaps do not stack")
+        train_len = _need_train_len(scheme, kind)
+        full = {**defaults(train_len), **params}
+        return replace(scheme, remap=Part(kind, full))
+
+    return apply
+
+
+def _logn(scheme: PositionScheme):
+    _need_train_len(scheme, "logn")
+    return replace(scheme, logn=True)
+
+
+def _mask_method(kind: str):
+    def apply(scheme: PositionScheme, window=None, n_sinks=None, block=None, n_global=None, ceiling=None):
+        L = _need_train_len(scheme, kind)
+        m = scheme.mask
+        if kind == "sliding_window":
+            m = replace(m, window=window or L)
+            return replace(scheme, mask=m)
+        if kind == "bca":
+            return replace(scheme, mask=replace(m, block=block or L // 2))
+        if kind == "lm_infinite":
+            n_g = 10 if n_global is None else n_global
+            m = replace(m, window=window or L, n_sinks=n_g)
+            s = replace(scheme, mask=m)
+            if scheme.rope is not None or scheme.bias is not None:
+                s = _remap_method("ceiling", lambda L: {"ceiling": L})(s, ceiling=ceiling or L)
+            return s
+        if kind == "streaming_llm":
+            s_ = 4 if n_sinks is None else n_sinks
+            w = window or (L - s_)
+            m = replace(m, window=w, n_sinks=s_)
+            s = replace(scheme, mask=m)
+            if scheme.rope is not None or scheme.bias is not None:
+                s = _remap_method("streaming", lambda L: {})(s, n_sinks=s_, window=w)
+            return s
+        raise AssertionError(kind)
+
+    return apply
+
+
+# name -> (fn(scheme, **params), description, accepted parameter names)
+METHODS: dict[str, tuple[Callable[..., PositionScheme], str, tuple[str, ...]]] = {
+    "pi": (_scaling_method("linear"), "Chen et al. 2023: positions divided by factor", ("factor",)),
+    "ntk": (_scaling_method("ntk"), "NTK-aware: base * factor^(d/(d-2))", ("factor", "alpha")),
+    "ntk_mixed": (_scaling_method("ntk_mixed"), "Su: per-dimension exp(-a (i+1)^b) scaling",
+                  ("factor", "b")),
+    "dynamic_ntk": (_scaling_method("dynamic", defaults={"factor": 1.0}, needs_factor=False),
+                    "HF dynamic NTK: base grows with length", ("factor",)),
+    "dynamic_ntk_qwen": (_scaling_method("dynamic_qwen", needs_factor=False),
+                         "Qwen: alpha = 2^(ceil(log2(t/L))+1) - 1", ()),
+    "yarn": (_scaling_method("yarn"), "Peng et al. 2023: NTK-by-parts + attention temperature",
+             ("factor", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
+    "dynamic_yarn": (_scaling_method("dynamic_yarn", needs_factor=False),
+                     "YaRN with s = max(1, n / L)", ("beta_fast", "beta_slow")),
+    "llama3": (_scaling_method("llama3", defaults={"low_freq_factor": 1.0, "high_freq_factor": 4.0}),
+               "Meta Llama 3.1 frequency-band scaling", ("factor", "low_freq_factor", "high_freq_factor")),
+    "rope_base": (_base_change, "Liu et al. 2023 (scaling laws): change the base", ("base",)),
+    "rerope": (_remap_method("rerope", lambda L: {"window": L // 2}), "Su: relative position min(d, w)",
+               ("window",)),
+    "leaky_rerope": (_remap_method("leaky_rerope", lambda L: {"window": L // 4, "factor": 16.0}),
+                     "Su: w + (d - w)/k beyond the window", ("window", "factor")),
+    "selfextend": (_remap_method("selfextend", lambda L: {"group": 4, "window": L // 2}),
+                   "Jin et al. 2024: grouped positions beyond a neighbour window", ("group", "window")),
+    "logn": (_logn, "Su: q scaled by max(1, log_L n)", ()),
+    "sliding_window": (_mask_method("sliding_window"), "keys within the last `window` positions",
+                       ("window",)),
+    "lm_infinite": (_mask_method("lm_infinite"), "Han et al. 2023: Lambda mask + distance ceiling",
+                    ("window", "n_global", "ceiling")),
+    "streaming_llm": (_mask_method("streaming_llm"), "Xiao et al. 2023: attention sinks + recent window",
+                      ("window", "n_sinks")),
+    "bca": (_mask_method("bca"), "Sun et al. 2022: blockwise causal attention, block L/2", ("block",)),
+    "pcw": (_remap_method("pcw", lambda L: {"window": L, "n_windows": 2}),
+            "Ratner et al. 2023: parallel context windows", ("window", "n_windows")),
+}
+
+
+# ===================================================================== CLI: posenc schemes
+def add_parser(sub) -> None:
+    p = sub.add_parser("schemes", help="list presets, or print one preset's JSON")
+    p.add_argument("name", nargs="?", help="preset to print (e.g. alibi, or yarn with --train-len)")
+    p.add_argument("--train-len", type=int, default=None)
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="preset parameter, repeatable (e.g. --param factor=4)")
+    p.set_defaults(func=_cli)
+
+
+def parse_params(items) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--param expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def _cli(args: argparse.Namespace) -> int:
+    if args.name is None:
+        for name, desc in PositionScheme.presets().items():
+            kind = "method " if name in METHODS else "trained"
+            print(f"{name:18s} {kind}  {desc}")
+        return 0
+    params = parse_params(args.param)
+    if args.train_len is not None:
+        params["train_len"] = args.train_len
+    print(json.dumps(PositionScheme.preset(args.name, **params).to_dict(), indent=2))
+    return 0
