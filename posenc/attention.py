@@ -213,14 +213,16 @@ def _finish(parts, scores, allowed, v, q, k, q_pos, k_pos, q_scale):
     return out
 
 
-def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
+def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     scores = _scores_tile(parts, q, k, q_pos, k_pos, freqs, q_scale)
     allowed = parts.allowed(q_pos[:, None, :, None], k_pos[:, None, None, :])
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
     return _finish(parts, scores, allowed, v, q, k, q_pos, k_pos, q_scale)
 
 
 # ====================================================================== blockwise path
-def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, tile: int = 256):
+def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile: int = 256):
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     out = torch.empty(B, H, Nq, v.shape[-1], dtype=v.dtype, device=v.device)
@@ -230,6 +232,8 @@ def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, tile: int = 256):
         e = min(Nq, s + tile)
         qp_t = q_pos[:, s:e]
         allowed = parts.allowed(qp_t[:, None, :, None], k_pos[:, None, None, :])  # [B,1,t,Nk]
+        if key_mask is not None:
+            allowed = allowed & key_mask[:, None, None, :]
         # key blocks with at least one visible pair for this tile
         col_any = allowed.any(dim=(0, 1, 2))  # [Nk]
         pad = n_kblocks * kb - Nk
@@ -302,11 +306,15 @@ def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
                  or not torch.is_grad_enabled()))
 
 
-def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
+def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     B, H, Nq, D = q.shape
     br = parts.branches[0]
     rot = _rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale)
-    bm = build_block_mask(parts.allowed, q_pos, k_pos)
+    if key_mask is None:
+        bm = build_block_mask(parts.allowed, q_pos, k_pos)
+    else:  # padding keys: encode validity in the key position (-1 is never a real position)
+        kp_masked = torch.where(key_mask, k_pos, torch.full_like(k_pos, -1))
+        bm = build_block_mask(lambda qp, kp: parts.allowed(qp, kp) & (kp >= 0), q_pos, kp_masked)
     score_mod = None
     if parts.bias is not None:
         bias, qp_c, kp_c = parts.bias, q_pos.contiguous(), k_pos.contiguous()
@@ -323,8 +331,9 @@ def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
 
 # ====================================================================== entry point
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
-                  scale: float | None = None) -> torch.Tensor:
-    """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``."""
+                  scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
+    ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     B, H, Nq, D = q.shape
@@ -349,7 +358,7 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
         freqs = parts.frequencies(None) if parts.rope is not None else None
         attn_scale = freqs.attention_scale if freqs is not None else 1.0
         q_scale = _query_scale(parts, q_pos, attn_scale, q.dtype, scale)
-        return path(parts, q, k, v, q_pos, k_pos, freqs, q_scale)
+        return path(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask)
 
     # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
     out = None
@@ -360,25 +369,25 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
         if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
             idx = sel[0].nonzero().flatten()
             o = path(parts, q.index_select(2, idx), k, v, q_pos.index_select(1, idx), k_pos, freqs,
-                     q_scale.index_select(2, idx))
+                     q_scale.index_select(2, idx), key_mask)
             if out is None:
                 out = torch.zeros(B, H, Nq, v.shape[-1], dtype=o.dtype, device=o.device)
             out = out.index_copy(2, idx, o)
         else:
-            o = path(parts, q, k, v, q_pos, k_pos, freqs, q_scale)
+            o = path(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask)
             out = o if out is None else torch.where(sel[:, None, :, None], o, out)
     return out
 
 
 def attention(q, k, v, scheme: PositionScheme, q_pos=None, k_pos=None, impl: str = "auto",
-              scale: float | None = None) -> torch.Tensor:
+              scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Functional attention for parameter-free schemes (RoPE and its extensions, ALiBi, masks,
     remaps): ``q [B,H,Nq,D]``, ``k, v [B,Hk,Nk,D]`` un-rotated; positions default to the last Nq of
     0..Nk-1. Returns ``[B,H,Nq,D]``. Schemes with learned parts need :class:`PositionalAttention`."""
     if not isinstance(scheme, PositionScheme):
         raise ValueError(f"scheme must be a PositionScheme, got {type(scheme).__name__}")
     parts = _parts_for(scheme.to_json(), q.shape[1], q.shape[-1])
-    return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale)
+    return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale, key_mask=key_mask)
 
 
 class PositionalAttention(nn.Module):
@@ -419,9 +428,11 @@ class PositionalAttention(nn.Module):
         return q, k, v
 
     def forward(self, x, positions=None, impl: str = "auto", cache=None, layer: int | None = None,
-                context=None):
+                context=None, key_mask=None):
         """``context``: optional ``(k_ctx, v_ctx, pos_ctx)`` extra keys placed before x's keys
-        (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache."""
+        (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache whose
+        ``update`` returns all keys, values, positions and validity; ``key_mask [B,N]``: False for
+        padding tokens of x."""
         B, N, _ = x.shape
         positions = as_positions(positions, B, N, x.device)
         q, k, v = self.project(x)
@@ -434,7 +445,7 @@ class PositionalAttention(nn.Module):
                 k, v = torch.cat([kc, k], dim=2), torch.cat([vc, v], dim=2)
                 k_pos = torch.cat([pc, positions], dim=1)
             if cache is not None:
-                k, v, k_pos = cache.update(layer, k, v, positions, self.parts)
-            out = run_attention(self.parts, q, k, v, positions, k_pos, impl=impl)
+                k, v, k_pos, key_mask = cache.update(layer, k, v, positions, key_mask, self.parts)
+            out = run_attention(self.parts, q, k, v, positions, k_pos, impl=impl, key_mask=key_mask)
         out = out.transpose(1, 2).reshape(B, N, self.dim)  # [B,N,H*D]
         return self.o_proj(out)

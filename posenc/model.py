@@ -81,9 +81,9 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.dim, hidden), nn.GELU(), nn.Linear(hidden, cfg.dim))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, positions, impl="auto", cache=None, layer=None, context=None):
+    def forward(self, x, positions, impl="auto", cache=None, layer=None, context=None, key_mask=None):
         x = x + self.drop(self.attn(self.norm1(x), positions, impl=impl, cache=cache, layer=layer,
-                                    context=context))
+                                    context=context, key_mask=key_mask))
         return x + self.drop(self.mlp(self.norm2(x)))
 
 
@@ -128,9 +128,11 @@ class TinyLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------ forward
-    def forward(self, input_ids: torch.Tensor, positions=None, cache=None, impl: str = "auto") -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions=None, cache=None, impl: str = "auto",
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``input_ids [B,N]`` -> logits ``[B,N,V]``. With ``cache`` (see :mod:`posenc.cache`), the
-        tokens are appended after what the cache holds and positions continue from it."""
+        tokens are appended after what the cache holds and positions continue from it.
+        ``attention_mask [B,N]`` (1 = token, 0 = padding) hides padding keys."""
         B, N = input_ids.shape
         if positions is None:
             start = cache.next_positions() if cache is not None else None
@@ -150,8 +152,9 @@ class TinyLM(nn.Module):
         if mem is not None and mem.kind == "xl_recurrence" and cache is None:
             x = self._forward_xl(x, positions, int(mem.params.get("mem_len") or self.cfg.train_len), impl)
         else:
+            key_mask = None if attention_mask is None else attention_mask.bool()
             for i, blk in enumerate(self.blocks):
-                x = blk(x, positions, impl=impl, cache=cache, layer=i)
+                x = blk(x, positions, impl=impl, cache=cache, layer=i, key_mask=key_mask)
         if cache is not None:
             cache.advance(positions)
         return F.linear(self.norm(x), self.tok.weight)  # tied head

@@ -221,7 +221,9 @@ class PositionScheme:
         required); ``"a+b"`` composes methods in order."""
         if name in TRAINED:
             return TRAINED[name][0](**params)
-        base_kw = {k: params.pop(k) for k in ("train_len", "base", "layout") if k in params}
+        accepted = {a for m in name.split("+") if m.strip() in METHODS for a in METHODS[m.strip()][2]}
+        base_keys = ("train_len", "layout") + (() if "base" in accepted else ("base",))
+        base_kw = {k: params.pop(k) for k in base_keys if k in params}
         if "train_len" not in base_kw:
             raise ValueError(f"preset {name!r} is an inference-time method: pass train_len=<trained length>")
         base = TRAINED["rope"][0](**base_kw)

@@ -1,0 +1,129 @@
+"""PositionScheme: presets, composition through the scheme, serialisation, validation; TinyLM."""
+
+import json
+
+import pytest
+import torch
+
+from posenc import LMConfig, PositionScheme, TinyLM
+from posenc._util import assert_close
+from posenc.scheme import METHODS, TRAINED
+
+REQUIRED = {
+    "nope", "sinusoidal", "learned", "hierarchical", "floater", "complex_order", "shaw", "transformer_xl", "t5",
+    "deberta", "rope", "xpos", "alibi", "kerple_power", "kerple_log", "sandwich", "infini",
+    "pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_ntk_qwen", "yarn", "dynamic_yarn", "llama3", "rope_base",
+    "rerope", "leaky_rerope", "selfextend", "logn", "sliding_window", "lm_infinite", "streaming_llm", "bca", "pcw",
+}
+
+
+def test_every_required_preset_exists():
+    assert REQUIRED <= set(PositionScheme.presets())
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_trained_presets_roundtrip_json(name):
+    s = PositionScheme.preset(name, train_len=32)
+    again = PositionScheme.from_json(s.to_json())
+    assert again == s
+    json.loads(s.to_json())
+
+
+def test_methods_compose_through_the_scheme():
+    base = PositionScheme.preset("rope", train_len=128, base=500.0)
+    s = base.extend("rerope+logn", window=32)
+    assert s.remap.kind == "rerope" and s.remap.params["window"] == 32 and s.logn
+    assert s.rope.base == 500.0 and s.train_len == 128
+    s2 = base.extend("ntk_mixed+logn", factor=8)
+    assert s2.rope.scaling["rope_type"] == "ntk_mixed" and s2.logn
+    y = base.extend("yarn", factor=4)
+    assert y.rope.scaling == {"rope_type": "yarn", "original_max_position_embeddings": 128, "factor": 4.0}
+    with pytest.raises(ValueError, match="do not stack"):
+        base.extend("pi+yarn", factor=2)
+    with pytest.raises(ValueError, match="do not stack"):
+        base.extend("rerope+selfextend")
+
+
+def test_streaming_and_lm_infinite_set_mask_and_remap():
+    s = PositionScheme.preset("streaming_llm", train_len=64, n_sinks=4, window=20)
+    assert (s.mask.window, s.mask.n_sinks, s.remap.kind) == (20, 4, "streaming")
+    lm = PositionScheme.preset("lm_infinite", train_len=64)
+    assert lm.mask.window == 64 and lm.mask.n_sinks == 10 and lm.remap.kind == "ceiling"
+    assert PositionScheme.preset("alibi", train_len=64).extend("streaming_llm").remap.kind == "streaming"
+
+
+def test_scheme_validation():
+    with pytest.raises(ValueError, match="finite"):
+        PositionScheme.preset("rope", train_len=16).extend("yarn", factor=float("nan"))
+    with pytest.raises(ValueError, match="factor"):
+        PositionScheme.preset("pi", train_len=16, factor=0.5)
+    with pytest.raises(ValueError, match="unknown scheme fields"):
+        PositionScheme.from_dict({"name": "x", "rotary": {}})
+    with pytest.raises(ValueError, match="rope.layout"):
+        PositionScheme.preset("rope", train_len=16, layout="zigzag")
+    with pytest.raises(ValueError, match="train_len"):
+        PositionScheme.preset("learned")
+
+
+def _tiny(name, **kw):
+    s = PositionScheme.preset(name, train_len=16, **kw)
+    return TinyLM(LMConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, scheme=s, train_len=16))
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_tinylm_forward_and_backward_every_trained_preset(name):
+    torch.manual_seed(0)
+    m = _tiny(name)
+    ids = torch.randint(0, 50, (2, 16))
+    logits = m(ids)
+    assert logits.shape == (2, 16, 50) and torch.isfinite(logits).all()
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+    assert all(p.grad is not None for p in m.parameters() if p.requires_grad and p.numel() > 0
+               and "value_table" not in "")
+
+
+def test_with_scheme_keeps_weights_and_changes_only_positions():
+    torch.manual_seed(0)
+    m = _tiny("rope").eval()
+    ids = torch.randint(0, 50, (1, 12))
+    same = m.with_scheme("rerope", window=100)  # window beyond the sequence: identical
+    assert_close(same(ids), m(ids), rtol=1e-5, atol=1e-6)
+    other = m.with_scheme("yarn", factor=4)
+    assert not torch.allclose(other(ids), m(ids))
+    assert other.scheme.rope.scaling["rope_type"] == "yarn"
+
+
+def test_learned_beyond_table_refuses_and_hierarchical_extends():
+    torch.manual_seed(0)
+    m = _tiny("learned").eval()
+    with pytest.raises(ValueError, match="hierarchical"):
+        m(torch.randint(0, 50, (1, 20)))
+    h = m.with_scheme("hierarchical")
+    ids = torch.randint(0, 50, (1, 16))
+    assert_close(h(ids), m(ids), rtol=0, atol=0)  # equal on the trained positions
+    assert h(torch.randint(0, 50, (1, 200))).shape == (1, 200, 50)
+
+
+def test_transformer_xl_recurrence_sees_previous_segment():
+    torch.manual_seed(0)
+    m = _tiny("transformer_xl", mem_len=8).eval()
+    ids = torch.randint(0, 50, (1, 32))
+    ids2 = ids.clone()
+    ids2[0, 2] = (ids[0, 2] + 1) % 50
+    a, b = m(ids), m(ids2)
+    assert not torch.allclose(a[:, 8:16], b[:, 8:16])  # segment 2 sees segment 1 through memory
+    # each layer looks one segment back, so information travels n_layers (=2) segments, no further
+    assert not torch.allclose(a[:, 16:24], b[:, 16:24])
+    assert torch.allclose(a[:, 24:], b[:, 24:], atol=1e-6)
+
+
+def test_schemes_cli_lists_and_prints(capsys):
+    from posenc.cli import main
+
+    assert main(["schemes"]) == 0
+    out = capsys.readouterr().out
+    assert "rerope" in out and "alibi" in out
+    assert main(["schemes", "yarn", "--train-len", "64", "--param", "factor=4"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["rope"]["scaling"]["factor"] == 4
+    assert set(METHODS) <= set(PositionScheme.presets())
