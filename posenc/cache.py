@@ -1,0 +1,236 @@
+"""KV cache of *un-rotated* keys and values with their *original* positions.
+
+Why un-rotated: Hugging Face caches keys after RoPE, so a dynamic schedule (dynamic NTK, dynamic
+YaRN) rotates old keys with a stale base (transformers issue 25104), attention sinks need keys
+rotated at a new slot (HF removed ``SinkCache``), and remaps (ReRoPE, SelfExtend) rotate the same
+key differently for near and far queries. posenc stores the projections ``k, v`` exactly as
+``PositionalAttention.project`` returns them plus each key's original position; the attention
+engine rotates, remaps, biases and masks at read time, so decoding with the cache computes the same
+function as one full forward over the same tokens, for every scheme (biases such as ALiBi, T5 and
+KERPLE included: they are evaluated on the stored positions at every step).
+
+Layout, per layer ``l``: ``k[l], v[l]`` are preallocated ``[B, Hk, capacity, D]``; shared by all
+layers: ``positions [B, capacity]`` (long) and ``valid [B, capacity]`` (bool, False for padding and
+empty slots). Slots ``0 .. length-1`` are live. The buffers grow by doubling (amortised O(1) per
+token, never an O(N^2) chain of ``torch.cat``).
+
+Eviction: after all layers have read a chunk, :meth:`KVCache.advance` asks the scheme's mask which
+keys no future query can see (``MaskSpec.never_visible_again``: sliding window, LM-Infinite's
+Lambda mask, StreamingLLM's sinks + window, BCA) and compacts the survivors to the front, so a
+bounded scheme's cache never holds more than ``mask.bounded_size()`` keys between calls (plus the
+tokens of the chunk being processed during a call). Because StreamingLLM's re-indexing is written on
+original positions (:class:`posenc.remap.StreamingReindex`), nothing has to be re-rotated on
+eviction.
+
+Protocol used by :meth:`posenc.model.TinyLM.forward`::
+
+    cache.check_model(model, B)         # refuse another model / batch size
+    cache.next_positions()              # [B] next position per row, None while empty
+    cache.update(layer, k, v, pos, key_mask, parts) -> (k_all, v_all, k_pos_all, key_mask_all)
+    cache.advance(pos)                  # after the last layer: commit the chunk and evict
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from posenc._util import check_positive_int
+
+
+def _fingerprint(model) -> str:
+    cfg = getattr(model, "cfg", None)
+    text = cfg.to_json() if cfg is not None and hasattr(cfg, "to_json") else repr(cfg)
+    return hashlib.sha1(f"{text}|layers={len(model.blocks)}".encode()).hexdigest()[:16]
+
+
+class KVCache:
+    """Per-layer cache of un-rotated keys/values and original positions (see module docstring).
+
+    Build with :meth:`for_model`. ``max_len`` (optional) is a hard cap on the slots: an unbounded
+    scheme that needs more raises ``ValueError``; a bounded scheme (window/sinks/BCA) needs
+    ``max_len >= mask.bounded_size()`` and chunks small enough to fit.
+    """
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, mask, *,
+                 max_len: int | None = None, dtype=torch.float32, device=None, fingerprint: str = "",
+                 model_id: int | None = None, initial_capacity: int | None = None):
+        check_positive_int("n_layers", n_layers)
+        check_positive_int("batch_size", batch_size)
+        self.n_layers, self.batch_size = n_layers, batch_size
+        self.n_kv_heads, self.head_dim = n_kv_heads, head_dim
+        self.mask = mask
+        self.bound = mask.bounded_size() if mask is not None else None
+        if max_len is not None:
+            check_positive_int("max_len", max_len)
+            if self.bound is not None and max_len < self.bound:
+                raise ValueError(f"max_len ({max_len}) is smaller than the {self.bound} keys this scheme's mask "
+                                 f"keeps visible (window + sinks / 2 x block); use max_len >= {self.bound}")
+        self.max_len = max_len
+        self.dtype, self.device = dtype, device
+        self.fingerprint, self.model_id = fingerprint, model_id
+        cap = initial_capacity or (self.bound + 1 if self.bound is not None else 64)
+        if max_len is not None:
+            cap = min(cap, max_len)
+        self.capacity = 0
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
+        self._alloc(cap)
+        self.length = 0  # live slots (committed)
+        self._pending = 0  # tokens of the chunk being processed (written by update, committed by advance)
+        self._next: torch.Tensor | None = None  # [B] next position per row
+        self.tokens_seen = 0
+        self.evicted = 0
+        self.peak_length = 0  # most slots ever used during a call (committed + chunk)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def for_model(cls, model, batch_size: int, max_len: int | None = None, dtype=None) -> KVCache:
+        """Empty cache sized for ``model`` (a :class:`posenc.TinyLM`) and ``batch_size`` rows."""
+        scheme = model.scheme
+        if scheme.memory is not None:
+            raise ValueError(f"scheme {scheme.name!r} carries memory ({scheme.memory.kind}); its state is not a "
+                             f"KV cache: generate with use_cache=False")
+        attn = model.blocks[0].attn
+        p = next(model.parameters())
+        return cls(len(model.blocks), batch_size, attn.n_kv_heads, attn.head_dim, scheme.mask, max_len=max_len,
+                   dtype=dtype or p.dtype, device=p.device, fingerprint=_fingerprint(model), model_id=id(model))
+
+    def _alloc(self, cap: int) -> None:
+        """Grow every buffer to ``cap`` slots, copying the live ones (called O(log N) times)."""
+        B, Hk, D = self.batch_size, self.n_kv_heads, self.head_dim
+        used = self.capacity and (self.length + self._pending)
+        new_k, new_v = [], []
+        for layer in range(self.n_layers):
+            nk = torch.zeros(B, Hk, cap, D, dtype=self.dtype, device=self.device)
+            nv = torch.zeros(B, Hk, cap, D, dtype=self.dtype, device=self.device)
+            if used:
+                nk[:, :, :used] = self.k[layer][:, :, :used]
+                nv[:, :, :used] = self.v[layer][:, :, :used]
+            new_k.append(nk)
+            new_v.append(nv)
+        pos = torch.zeros(B, cap, dtype=torch.long, device=self.device)
+        val = torch.zeros(B, cap, dtype=torch.bool, device=self.device)
+        if used:
+            pos[:, :used] = self.positions[:, :used]
+            val[:, :used] = self.valid[:, :used]
+        self.k, self.v, self.positions, self.valid, self.capacity = new_k, new_v, pos, val, cap
+
+    def _reserve(self, n_new: int) -> None:
+        needed = self.length + n_new
+        if self.max_len is not None and needed > self.max_len:
+            what = ("the scheme keeps every key" if self.bound is None else
+                    f"the scheme keeps up to {self.bound - 1} keys between calls")
+            raise ValueError(f"KV cache max_len={self.max_len} is too small: {self.length} cached + {n_new} new "
+                             f"tokens = {needed} slots ({what}); raise max_len or feed shorter chunks "
+                             f"(prefill_chunk)")
+        if needed <= self.capacity:
+            return
+        cap = max(needed, 2 * self.capacity)
+        if self.bound is not None:
+            cap = max(needed, min(cap, self.bound + n_new))
+        if self.max_len is not None:
+            cap = min(cap, self.max_len)
+        self._alloc(cap)
+
+    # ------------------------------------------------------------------ protocol
+    def check_model(self, model, batch_size: int) -> None:
+        """``ValueError`` if this cache was built for another model or another batch size."""
+        if batch_size != self.batch_size:
+            raise ValueError(f"batch size {batch_size} does not match the KV cache's batch size {self.batch_size}; "
+                             f"build a new cache with KVCache.for_model(model, {batch_size})")
+        if len(model.blocks) != self.n_layers or (self.model_id is not None and id(model) != self.model_id) or (
+                self.fingerprint and _fingerprint(model) != self.fingerprint):
+            raise ValueError("this KV cache was built for another model (config / layer count / instance differ); "
+                             "build a new cache with KVCache.for_model(model, batch_size)")
+
+    def next_positions(self) -> torch.Tensor | None:
+        """``[B]`` position of the next token per row; None while nothing has been cached."""
+        return None if self._next is None else self._next.clone()
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+               key_mask: torch.Tensor | None, parts=None):
+        """Append this chunk's un-rotated ``k, v [B,Hk,N,D]`` at ``positions [B,N]`` for ``layer`` and
+        return views ``(k_all, v_all, k_pos_all, key_mask_all)`` of every live slot plus the chunk."""
+        if layer is None or not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer must be in [0, {self.n_layers}), got {layer!r}")
+        B, Hk, N, D = k.shape
+        if B != self.batch_size or Hk != self.n_kv_heads or D != self.head_dim:
+            raise ValueError(f"k has shape {tuple(k.shape)}; the cache holds [B={self.batch_size}, "
+                             f"Hk={self.n_kv_heads}, *, D={self.head_dim}]")
+        if layer == 0:
+            self._pending = 0  # a chunk never committed (its forward raised) is overwritten
+            self._reserve(N)
+            s = self.length
+            self.positions[:, s:s + N] = positions
+            self.valid[:, s:s + N] = True if key_mask is None else key_mask.bool()
+            self._pending = N
+        elif N != self._pending:
+            raise ValueError(f"layer {layer} got {N} tokens but layer 0 got {self._pending}")
+        s, e = self.length, self.length + N
+        self.k[layer][:, :, s:e] = k.to(self.dtype)
+        self.v[layer][:, :, s:e] = v.to(self.dtype)
+        self.peak_length = max(self.peak_length, e)
+        return self.k[layer][:, :, :e], self.v[layer][:, :, :e], self.positions[:, :e], self.valid[:, :e]
+
+    def advance(self, positions: torch.Tensor) -> None:
+        """Commit the chunk every layer has appended, then evict keys no later query can see."""
+        n = self._pending
+        if n == 0:
+            return
+        e = self.length + n
+        chunk_pos, chunk_ok = self.positions[:, self.length:e], self.valid[:, self.length:e]
+        last = torch.where(chunk_ok, chunk_pos, torch.full_like(chunk_pos, -1)).max(dim=1).values  # [B]
+        self._next = last + 1 if self._next is None else torch.maximum(self._next, last + 1)
+        self.length, self._pending = e, 0
+        self.tokens_seen += n
+        if self.bound is None:
+            return
+        latest = self._next - 1  # latest real query position per row
+        live_pos, live_ok = self.positions[:, :e], self.valid[:, :e]
+        keep = live_ok & ~self.mask.never_visible_again(live_pos, latest[:, None])
+        if bool(keep.all()):
+            return
+        self._compact(keep)
+
+    def _compact(self, keep: torch.Tensor) -> None:
+        """Move the kept slots of each row to the front (order preserved); drop the rest."""
+        e = self.length
+        counts = keep.sum(dim=1)
+        new_len = int(counts.max())
+        self.evicted += int((self.valid[:, :e] & ~keep).sum())
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :new_len]  # [B,new_len]
+        kept_ok = keep.gather(1, order)
+        self.positions[:, :new_len] = self.positions[:, :e].gather(1, order)
+        self.valid[:, :new_len] = kept_ok
+        self.valid[:, new_len:e] = False
+        idx = order[:, None, :, None].expand(-1, self.n_kv_heads, -1, self.head_dim)  # [B,Hk,new_len,D]
+        for layer in range(self.n_layers):
+            self.k[layer][:, :, :new_len] = self.k[layer][:, :, :e].gather(2, idx)
+            self.v[layer][:, :, :new_len] = self.v[layer][:, :, :e].gather(2, idx)
+        self.length = new_len
+
+    # ------------------------------------------------------------------ introspection
+    def live_positions(self) -> torch.Tensor:
+        """``[B, length]`` original positions of the cached keys (invalid slots included)."""
+        return self.positions[:, :self.length]
+
+    def live_valid(self) -> torch.Tensor:
+        return self.valid[:, :self.length]
+
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (capacity, not just live slots)."""
+        t = sum(x.numel() * x.element_size() for x in self.k + self.v)
+        return t + self.positions.numel() * 8 + self.valid.numel()
+
+    def reset(self) -> None:
+        self.length, self._pending, self._next = 0, 0, None
+        self.valid.zero_()
+        self.tokens_seen = self.evicted = self.peak_length = 0
+
+    def __repr__(self) -> str:
+        return (f"KVCache(layers={self.n_layers}, batch={self.batch_size}, length={self.length}, "
+                f"capacity={self.capacity}, bound={self.bound}, max_len={self.max_len})")

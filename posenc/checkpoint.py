@@ -1,0 +1,272 @@
+"""Checkpoints of a :class:`~posenc.model.TinyLM` run: safetensors + JSON, no pickle.
+
+A run directory holds::
+
+    model.safetensors         model weights (state_dict)
+    train_state.safetensors   optimizer tensors (``optim.<param index>.<name>``) and RNG states (uint8)
+    train_state.json          step, finished flag, optimizer hyper-parameters / scalar state, history
+    config.json               LMConfig.to_dict() + posenc version + ``extra`` (corpus, tokenizer, train
+                              config) + ``checkpoint``: size and sha256 of every file above
+
+Commit protocol: every file of a new checkpoint is first written completely to a temp file in the same
+folder (fsynced); only then are the temp files moved over the old ones with ``os.replace``, and
+``config.json`` last. ``config.json`` is the commit marker: it names the exact size and sha256 of the
+files it commits to, so a torn or truncated file is detected on load and reported as a ``ValueError``
+naming the file, and loading never deletes or rewrites anything. The previous checkpoint stays intact
+until the new one is complete on disk. ``torch.load`` is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from posenc.model import LMConfig, TinyLM
+
+FORMAT = "posenc-checkpoint"
+FORMAT_VERSION = 1
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "train_state.safetensors"
+STATE_JSON = "train_state.json"
+CONFIG_FILE = "config.json"
+_LM_FIELDS = ("vocab_size", "dim", "n_layers", "n_heads", "scheme", "train_len", "mlp_ratio", "dropout",
+              "n_kv_heads")
+
+
+def _version() -> str:
+    import posenc
+
+    return getattr(posenc, "__version__", "unknown")
+
+
+def _fix(path: Path, what: str) -> str:
+    return (f"{path} {what}; the checkpoint in {path.parent} is damaged: delete the run folder (or choose another "
+            f"out_dir) and train again, or restore the file from a backup")
+
+
+def _write_temp(folder: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` to a fsynced temp file next to ``folder/name`` and return its path."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a checkpoint is an ordinary readable file
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def _commit(folder: Path, files: dict[str, bytes]) -> None:
+    """Write all ``files`` as temp files first, then ``os.replace`` them in order (the dict's last entry,
+    the commit marker, last). Nothing existing is touched until every new file is complete."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for name, data in files.items():
+            temps.append((_write_temp(folder, name, data), folder / name))
+        for tmp, dest in temps:
+            os.replace(tmp, dest)
+    finally:
+        for tmp, _ in temps:
+            if tmp.exists():
+                tmp.unlink()
+    try:  # make the renames durable (best effort; not every OS can fsync a directory)
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _digest(data: bytes) -> dict:
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# ------------------------------------------------------------------------------------------------ optimizer
+def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    """``optimizer.state_dict()`` -> (tensors for safetensors, JSON-able rest)."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict] = {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                tensors[f"optim.{idx}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[k] = v
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    for idx, st in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(st)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def rng_states() -> dict[str, torch.Tensor]:
+    """Current torch RNG states as uint8 tensors (CPU, and every CUDA device when CUDA is initialised)."""
+    out = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng.cuda.{i}"] = s
+    return out
+
+
+def set_rng_states(tensors: dict[str, torch.Tensor]) -> None:
+    if "rng.torch" in tensors:
+        torch.set_rng_state(tensors["rng.torch"].to(torch.uint8))
+    cuda = sorted((k for k in tensors if k.startswith("rng.cuda.")), key=lambda k: int(k.rsplit(".", 1)[1]))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[k].to(torch.uint8) for k in cuda][:torch.cuda.device_count()])
+
+
+# ------------------------------------------------------------------------------------------------ save
+def save_checkpoint(run_dir, model: TinyLM, cfg: LMConfig, train_state: dict | None = None, optimizer=None,
+                    extra: dict | None = None) -> Path:
+    """Save ``model`` (+ optimizer and RNG states and ``train_state``) to ``run_dir`` atomically.
+
+    ``train_state`` is a JSON-able dict (``step``, ``finished``, history ...); with ``optimizer`` its
+    state is stored too, and the current torch RNG states always are, so :func:`load_checkpoint` can
+    resume bit-exactly. ``extra`` (corpus, tokenizer, train config ...) goes into ``config.json``.
+    Returns the run folder.
+    """
+    run_dir = Path(run_dir)
+    model = getattr(model, "module", model)  # unwrap DDP
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    files: dict[str, bytes] = {MODEL_FILE: st_save(weights, metadata={"format": FORMAT})}
+    if train_state is not None or optimizer is not None:
+        tensors = dict(rng_states())
+        meta = {"train_state": dict(train_state or {}), "optimizer": None}
+        if optimizer is not None:
+            opt_tensors, opt_meta = _flatten_optimizer(optimizer.state_dict())
+            tensors.update(opt_tensors)
+            meta["optimizer"] = opt_meta
+        files[STATE_FILE] = st_save(tensors, metadata={"format": FORMAT})
+        files[STATE_JSON] = json.dumps(meta, indent=1, sort_keys=True, default=str).encode()
+    config = {**cfg.to_dict(), "posenc_version": _version(), "extra": dict(extra or {}),
+              "checkpoint": {"format": FORMAT, "format_version": FORMAT_VERSION,
+                             "files": {name: _digest(data) for name, data in files.items()}}}
+    files[CONFIG_FILE] = json.dumps(config, indent=2, sort_keys=True, default=str).encode()  # commit marker
+    _commit(run_dir, files)
+    return run_dir
+
+
+# ------------------------------------------------------------------------------------------------ load
+def has_checkpoint(run_dir) -> bool:
+    """True when ``run_dir`` holds a committed checkpoint (its ``config.json`` exists)."""
+    return (Path(run_dir) / CONFIG_FILE).is_file()
+
+
+def read_config(run_dir) -> dict:
+    """The parsed ``config.json`` of a run; ``ValueError`` naming the file when it is missing or corrupt."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: {Path(run_dir)} is not a posenc checkpoint folder "
+                         f"(expected {MODEL_FILE} + {CONFIG_FILE}, written by `posenc train`)")
+    try:
+        config = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(_fix(path, f"is not valid JSON ({exc})")) from None
+    if not isinstance(config, dict) or "scheme" not in config:
+        raise ValueError(_fix(path, "does not hold a model config (no 'scheme' key)"))
+    return config
+
+
+def lm_config(config: dict) -> LMConfig:
+    """The :class:`LMConfig` part of a ``config.json`` dict."""
+    try:
+        return LMConfig.from_dict({k: config[k] for k in _LM_FIELDS if k in config})
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"config.json holds an invalid model config: {exc}") from None
+
+
+def _read_file(run_dir: Path, name: str, config: dict) -> bytes:
+    path = run_dir / name
+    if not path.is_file():
+        raise ValueError(_fix(path, "is missing"))
+    data = path.read_bytes()
+    expected = config.get("checkpoint", {}).get("files", {}).get(name)
+    if expected is not None:
+        if len(data) != expected["bytes"]:
+            raise ValueError(_fix(path, f"has {len(data)} bytes but config.json recorded {expected['bytes']} "
+                                        f"(truncated or from another save)"))
+        if hashlib.sha256(data).hexdigest() != expected["sha256"]:
+            raise ValueError(_fix(path, "does not match the sha256 recorded in config.json (corrupt)"))
+    return data
+
+
+def _load_tensors(run_dir: Path, name: str, config: dict) -> dict[str, torch.Tensor]:
+    data = _read_file(run_dir, name, config)
+    try:
+        return st_load(data)
+    except Exception as exc:  # safetensors raises its own error types
+        raise ValueError(_fix(run_dir / name, f"is not a readable safetensors file ({exc})")) from None
+
+
+def load_model(run_dir, *, device: str | torch.device = "cpu", scheme=None) -> TinyLM:
+    """The :class:`TinyLM` saved in ``run_dir`` (in ``eval()`` mode). With ``scheme`` (a
+    PositionScheme) the weights are loaded under that scheme instead of the saved one."""
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    cfg = lm_config(config)
+    weights = _load_tensors(run_dir, MODEL_FILE, config)
+    model = TinyLM(cfg)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise ValueError(_fix(run_dir / MODEL_FILE, f"does not fit the model in config.json ({exc})")) from None
+    if scheme is not None:
+        model = model.with_scheme(scheme)
+    return model.to(device).eval()
+
+
+def load_checkpoint(run_dir, model: TinyLM | None = None, optimizer=None, *, restore_rng: bool = True,
+                    device: str | torch.device = "cpu") -> dict:
+    """Load a run: returns ``{"model", "config" (LMConfig), "meta" (config.json dict), "train_state"}``.
+
+    With ``model`` given, its weights are loaded in place (it must have the saved architecture);
+    with ``optimizer`` given, its state is restored; with ``restore_rng`` the torch RNG states too.
+    """
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    cfg = lm_config(config)
+    weights = _load_tensors(run_dir, MODEL_FILE, config)
+    target = getattr(model, "module", model) if model is not None else TinyLM(cfg)
+    try:
+        target.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise ValueError(_fix(run_dir / MODEL_FILE, f"does not fit the model ({exc})")) from None
+    if model is None:
+        target = target.to(device)
+    train_state: dict = {}
+    if (run_dir / STATE_JSON).exists() or STATE_JSON in config.get("checkpoint", {}).get("files", {}):
+        raw = _read_file(run_dir, STATE_JSON, config)
+        try:
+            meta = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(_fix(run_dir / STATE_JSON, f"is not valid JSON ({exc})")) from None
+        train_state = meta.get("train_state", {})
+        tensors = _load_tensors(run_dir, STATE_FILE, config)
+        if optimizer is not None:
+            if meta.get("optimizer") is None:
+                raise ValueError(f"{run_dir / STATE_JSON} holds no optimizer state; cannot resume the optimizer")
+            optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
+        if restore_rng:
+            set_rng_states(tensors)
+    return {"model": target, "config": cfg, "meta": config, "train_state": train_state}

@@ -1,0 +1,282 @@
+"""Train short, test long: perplexity / accuracy / passkey of a trained model at several lengths, under
+its own scheme and under inference-time extension methods.
+
+:func:`method_params` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
+(the factor of PI / NTK / YaRN, windows of ReRoPE and the masks, SelfExtend's group ...), so that
+``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
+:func:`evaluate_model` returns one record per (eval_len, method)::
+
+    {"scheme", "method", "params", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens",
+     "passkey", "status": "ok" | "not_applicable", "note"}
+
+A method that does not apply (ReRoPE on ALiBi, a second frequency schedule on a YaRN model, a learned
+table read beyond its size) gives ``status="not_applicable"`` with the reason in ``note``; nothing is
+silently truncated. A learned absolute table beyond its length is evaluated with Su's
+``hierarchical`` decomposition when that method is requested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from posenc.metrics import evaluate_lm
+from posenc.model import TinyLM
+
+_FACTOR_METHODS = ("pi", "ntk", "ntk_mixed", "yarn", "llama3")
+PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
+
+
+def _leaky_factor(window: int, train_len: int, eval_len: int) -> float:
+    """Smallest k >= 1 with ``w + (eval_len - 1 - w) / k <= train_len - 1`` (the largest relative distance
+    at ``eval_len`` maps inside the trained range) and ``w (k - 1)`` an integer."""
+    room = train_len - 1 - window
+    if eval_len - 1 - window <= room or room <= 0:
+        return 1.0 if room > 0 else float(max(1, eval_len))
+    k_min = (eval_len - 1 - window) / room
+    return 1.0 + math.ceil(window * (k_min - 1.0) - 1e-9) / window
+
+
+def _selfextend_group(window: int, train_len: int, eval_len: int) -> int:
+    """Smallest group G with the largest grouped position ``(eval_len-1)//G + w - w//G <= train_len - 1``."""
+    for g in range(1, max(2, eval_len + 1)):
+        if (eval_len - 1) // g + window - window // g <= train_len - 1:
+            return g
+    return max(1, eval_len)
+
+
+def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
+                  base: float = 10000.0) -> dict:
+    """Per-length defaults for an inference-time method (``"a+b"`` merges, the first method's value wins
+    on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
+
+    - ``pi``/``ntk``/``ntk_mixed``/``yarn``/``llama3``: ``factor = max(1, eval_len / train_len)``;
+    - ``rerope``: ``window = train_len // 2``;
+    - ``leaky_rerope``: ``window = train_len // 4`` and the smallest ``factor`` with
+      ``w + (eval_len - 1 - w) / factor <= train_len - 1`` and ``window * (factor - 1)`` an integer;
+    - ``selfextend``: ``window = train_len // 2`` and the smallest ``group`` keeping grouped positions
+      below ``train_len``;
+    - ``rope_base``: ``base * (eval_len / train_len) ^ (d / (d - 2))`` (NTK-aware rule; needs ``head_dim`` d);
+    - ``sliding_window``/``lm_infinite``: ``window = train_len`` (LM-Infinite: ``ceiling = train_len``,
+      10 global tokens); ``streaming_llm``: 4 sinks + ``train_len - 4`` recent; ``bca``:
+      ``block = train_len // 2``; ``pcw``: windows of ``train_len``;
+    - dynamic schedules, ``logn``, ``hierarchical``, ``none``: no parameters.
+    """
+    names = [m.strip() for m in method.split("+") if m.strip()]
+    if len(names) > 1:
+        out: dict = {}
+        for m in names:
+            for k, v in method_params(m, train_len, eval_len, head_dim=head_dim, base=base).items():
+                out.setdefault(k, v)
+        return out
+    ratio = max(1.0, eval_len / train_len)
+    if method in _FACTOR_METHODS:
+        return {"factor": ratio}
+    if method == "rerope":
+        return {"window": max(1, train_len // 2)}
+    if method == "leaky_rerope":
+        w = max(1, train_len // 4)
+        return {"window": w, "factor": _leaky_factor(w, train_len, eval_len)}
+    if method == "selfextend":
+        w = max(1, train_len // 2)
+        return {"window": w, "group": _selfextend_group(w, train_len, eval_len)}
+    if method == "rope_base":
+        if head_dim is None or head_dim <= 2:
+            raise ValueError("method 'rope_base' needs head_dim (> 2) to choose the new base")
+        return {"base": float(base) * ratio ** (head_dim / (head_dim - 2))}
+    if method == "sliding_window":
+        return {"window": train_len}
+    if method == "lm_infinite":
+        return {"window": train_len, "n_global": min(10, train_len // 2), "ceiling": train_len}
+    if method == "streaming_llm":
+        sinks = min(4, train_len // 2)
+        return {"n_sinks": sinks, "window": train_len - sinks}
+    if method == "bca":
+        return {"block": max(1, train_len // 2)}
+    if method == "pcw":
+        return {"window": train_len, "n_windows": max(1, math.ceil(eval_len / train_len))}
+    return {}
+
+
+def _variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
+    """``model`` under ``method`` (``ValueError`` when the method does not apply)."""
+    if method == "none":
+        return model, {}
+    if method == "hierarchical":
+        if model.scheme.embedding.kind != "learned":
+            raise ValueError(f"method 'hierarchical' reads a learned absolute table; {model.scheme.name!r} "
+                             f"has a {model.scheme.embedding.kind!r} embedding")
+        return model.with_scheme("hierarchical"), {}
+    rope = model.scheme.rope
+    head_dim = model.cfg.dim // model.cfg.n_heads
+    if rope is not None:
+        head_dim = int(head_dim * getattr(rope, "partial_rotary_factor", 1.0))
+    params = method_params(method, model.cfg.train_len, eval_len, head_dim=head_dim,
+                           base=getattr(rope, "base", 10000.0) if rope is not None else 10000.0)
+    return model.with_scheme(method, **params), params
+
+
+def _passkey_rate(logits_fn, tokenizer, eval_len: int, n_trials: int, seed: int) -> float:
+    from posenc.tasks import passkey_grid, run_passkey
+
+    digits = 5
+    length = eval_len - (digits - 1)  # the answer's first digits - 1 are fed too: inputs stay <= eval_len
+    prompts = passkey_grid([length], PASSKEY_DEPTHS, n_trials, tokenizer, seed, digits=digits)
+    cells = run_passkey(logits_fn, prompts)["cells"]
+    return sum(c["accuracy"] for c in cells) / len(cells)
+
+
+def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Sequence[str] = (),
+                   mode: str = "nonoverlap", max_windows: int | None = None, batch_size: int = 1,
+                   passkey: bool = False, tokenizer=None, progress: bool = True, *, passkey_trials: int = 2,
+                   seed: int = 0, device: str | torch.device | None = None) -> list[dict]:
+    """One record per (eval_len, method) for ``"none"`` (the model's own scheme) and each of ``methods``.
+
+    Perplexity/loss/accuracy come from :func:`posenc.metrics.evaluate_lm` (``mode``, ``max_windows``,
+    ``batch_size``) under ``torch.no_grad`` with ``impl="auto"``. With ``passkey`` (needs ``tokenizer``)
+    ``passkey`` is the exact-match rate over depths :data:`PASSKEY_DEPTHS` x ``passkey_trials``.
+    A method raising ``ValueError`` (it does not apply, or a learned table is too short) is reported
+    ``not_applicable`` with the message as ``note``.
+    """
+    if passkey and tokenizer is None:
+        raise ValueError("passkey=True needs the tokenizer the model was trained with")
+    methods = ["none"] + [m for m in methods if m != "none"]
+    was = model.training
+    model.eval()
+    records = []
+    for eval_len in lengths:
+        for method in methods:
+            rec = {"scheme": model.scheme.name, "method": method, "params": {}, "train_len": model.cfg.train_len,
+                   "eval_len": int(eval_len), "ppl": None, "loss": None, "accuracy": None, "tokens": 0,
+                   "passkey": None, "status": "ok", "note": ""}
+            records.append(rec)
+            try:
+                m, rec["params"] = _variant(model, method, eval_len)
+                limit = m.scheme.max_positions
+                if limit is not None and eval_len > limit:
+                    hint = (" (requested as method 'hierarchical')" if "hierarchical" in methods
+                            else "; add method 'hierarchical' to read it through Su's decomposition")
+                    raise ValueError(f"eval_len {eval_len} is beyond the learned position table of {limit} "
+                                     f"positions{hint}")
+                m.eval()
+
+                def logits_fn(x, m=m):
+                    return m(x, impl="auto")
+
+                with torch.no_grad():
+                    r = evaluate_lm(logits_fn, tokens, eval_len, mode, batch_size, max_windows,
+                                    progress=progress, device=device)
+                    rec.update(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
+                    if passkey:
+                        try:
+                            rec["passkey"] = _passkey_rate(logits_fn, tokenizer, eval_len, passkey_trials, seed)
+                        except ValueError as exc:
+                            rec["note"] = f"passkey skipped: {exc}"
+            except ValueError as exc:
+                rec.update(status="not_applicable", note=str(exc))
+    model.train(was)
+    return records
+
+
+def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[int] = (), methods=(), *,
+                        split: str = "test", mode: str = "nonoverlap", max_windows: int | None = None,
+                        batch_size: int = 1, passkey: bool = False, progress: bool = True,
+                        device: str = "cpu", **kw) -> list[dict]:
+    """:func:`evaluate_model` on a saved run, on the ``split`` of ``corpus`` (default: the corpus it was
+    trained on) prepared with the run's tokenizer. Each record also gets ``run_dir``, ``corpus``, ``split``."""
+    from posenc.checkpoint import load_model, read_config
+    from posenc.data import prepare
+
+    config = read_config(run_dir)
+    extra = config.get("extra", {})
+    corpus = corpus or extra.get("corpus") or "gutenberg"
+    tok_name = (extra.get("tokenizer") or {}).get("name", "byte")
+    model = load_model(run_dir, device=device)
+    data = prepare(corpus, tok_name)
+    if data.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"corpus {corpus!r} with tokenizer {tok_name!r} gives vocab_size {data.vocab_size}, "
+                         f"the model in {run_dir} has {model.cfg.vocab_size}")
+    recs = evaluate_model(model, data.split(split), lengths or [model.cfg.train_len], methods, mode, max_windows,
+                          batch_size, passkey, data.tokenizer, progress, device=device, **kw)
+    for r in recs:
+        r.update(run_dir=str(run_dir), corpus=str(corpus), split=split)
+    return recs
+
+
+def format_table(records: Sequence[dict]) -> str:
+    """Plain-text table of records (one line each)."""
+    head = f"{'scheme':16s} {'method':16s} {'train':>6s} {'eval':>6s} {'ppl':>10s} {'acc':>6s} {'passkey':>7s}  status"
+    lines = [head, "-" * len(head)]
+    for r in records:
+        ppl = f"{r['ppl']:.3f}" if r["ppl"] is not None else "-"
+        acc = f"{r['accuracy']:.3f}" if r["accuracy"] is not None else "-"
+        pk = f"{r['passkey']:.2f}" if r["passkey"] is not None else "-"
+        status = r["status"] + (f" ({r['note'][:70]})" if r["status"] != "ok" else "")
+        lines.append(f"{r['scheme'][:16]:16s} {r['method'][:16]:16s} {r['train_len']:6d} {r['eval_len']:6d} "
+                     f"{ppl:>10s} {acc:>6s} {pk:>7s}  {status}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def add_parser(sub) -> None:
+    p = sub.add_parser("eval", help="perplexity / accuracy / passkey of a checkpoint at several lengths")
+    p.add_argument("checkpoint", nargs="?", help="run folder written by `posenc train`")
+    p.add_argument("--lengths", type=int, nargs="+", default=None, help="evaluation lengths (default: train_len)")
+    p.add_argument("--methods", nargs="*", default=[], help="inference-time methods (e.g. pi ntk yarn rerope)")
+    p.add_argument("--corpus", default=None, help="corpus name or path (default: the training corpus)")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"))
+    p.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding"))
+    p.add_argument("--max-windows", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--passkey", action="store_true", help="also run passkey retrieval at each length")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from posenc.hf_eval import add_hf_eval_args
+
+    add_hf_eval_args(p)  # --hf-model, --text, --param, --factor, --window, --passkey-trials, ...
+    p.set_defaults(func=_cli)
+
+
+def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
+    """``posenc eval --hf-model DIR --text FILE|--corpus NAME``: a Hugging Face model under each
+    method (see :mod:`posenc.hf_eval`), reported like a posenc checkpoint."""
+    from posenc.hf import method_params as hf_params
+    from posenc.hf_eval import evaluate_hf
+
+    if args.text:
+        from posenc.data import make_tokenizer
+
+        tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
+    elif args.corpus:
+        from posenc.data import prepare
+
+        tokens = prepare(args.corpus, "byte").split(args.split)
+    else:
+        raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
+    return evaluate_hf(args.hf_model, tokens, args.lengths or [256], args.methods or ["none"],
+                       params=hf_params(args), max_windows=args.max_windows or 4,
+                       passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    if args.hf_model:
+        records = _evaluate_hf(args)
+    else:
+        if not args.checkpoint:
+            raise ValueError("give a checkpoint folder (or --hf-model NAME)")
+        records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
+                                      split=args.split, mode=args.mode, max_windows=args.max_windows,
+                                      batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
+                                      device=args.device)
+    print(format_table(records))
+    if args.json:
+        from posenc.data import _atomic_write_bytes
+
+        _atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
+    return 0

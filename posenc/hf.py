@@ -1,0 +1,344 @@
+"""Extend the context of a Hugging Face RoPE model with any posenc inference-time method.
+
+``extend(model, method, **params)`` works on Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 (its sliding
+window layers included), Phi-3, GPT-NeoX (partial rotary) and any model with their attention layout
+(``XxxRotaryEmbedding`` module producing ``(cos, sin)``, attention modules that call the function named
+by ``config._attn_implementation`` with ``(module, query, key, value, attention_mask, scaling=...)``).
+
+Two paths:
+
+*transformers' own* (``linear``/``pi``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``): the method is
+written into ``config.rope_parameters`` (transformers 5.x) and every rotary embedding module is rebuilt
+from it, so the behaviour is exactly transformers' (and a saved model loads with plain transformers).
+
+*posenc's engine* (every other method: ntk, ntk_mixed, dynamic_ntk, dynamic_ntk_qwen, dynamic_yarn,
+rerope, leaky_rerope, selfextend, logn, sliding_window, lm_infinite, streaming_llm, bca, pcw, "a+b"
+combinations, and the methods above with ``native=False``). What is replaced in transformers, and why:
+
+1. the rotary embedding modules return the identity rotation (cos = 1, sin = 0; a forward hook), so
+   q and k reach attention *un-rotated* and the HF KV cache stores un-rotated keys. Remaps (ReRoPE,
+   SelfExtend, ...) need to rotate keys by a position that depends on the query; dynamic schedules
+   need keys rotated with the schedule of the current query. Rotating at read time also fixes HF's
+   stale-base dynamic NTK (cached keys keep the base they were rotated with; here they never are).
+2. an attention function ``"posenc"`` is registered with ``transformers.AttentionInterface`` and
+   selected with ``model.set_attn_implementation("posenc")``; it calls
+   :func:`posenc.attention.run_attention` with an ``AttentionParts`` built once per layer.
+3. a mask function ``"posenc"`` is registered with ``transformers.AttentionMaskInterface``: instead of
+   a 4-D float mask it hands the attention function the *original position of every key*
+   (``[B, Nk]`` long, ``-1`` for padding), counted over the real tokens of the 2-D attention mask
+   (as ``generate()`` counts ``position_ids``). Queries are the last ``Nq`` keys. So left-padded
+   batches, the KV cache and Gemma2/Mistral sliding-window cache layers all get true positions.
+
+Limits of the posenc path: attention-logit soft-capping (Gemma2 ``attn_logit_softcapping``) is not
+supported by the engine (raises); static caches (``cache_implementation="static"``) are not supported
+(their unfilled slots follow the queries); on a layer with its own sliding window (Gemma2, Mistral)
+the tighter of the two windows applies, and attention sinks (streaming_llm, lm_infinite) of a wider
+method window are evicted by HF's sliding cache layer during cached decoding; attention dropout is
+ignored (inference-time methods).
+
+The scheme is built from the config (:func:`scheme_from_config`): ``rope_parameters`` (``rope_theta``,
+``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``, an existing scaling), half layout, and
+``original_max_position_embeddings`` or ``max_position_embeddings`` as ``train_len``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from posenc.scheme import METHODS, PositionScheme, RopeSpec, parse_params
+
+# posenc method name -> transformers rope_type, for methods transformers implements itself
+HF_NATIVE = {"pi": "linear", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
+             "longrope": "longrope"}
+_NATIVE_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}}
+ATTN_NAME = "posenc"
+
+
+# ===================================================================== scheme from a config
+def _rope_parameters(config) -> dict:
+    rp = getattr(config, "rope_parameters", None) or {}
+    if any(isinstance(v, dict) for v in rp.values()):
+        raise ValueError("rope_parameters nested per layer type are not supported by posenc.hf.extend")
+    return dict(rp)
+
+
+def train_len_of(config) -> int:
+    """Pretraining length: ``original_max_position_embeddings`` (rope parameters or config), else
+    ``max_position_embeddings``."""
+    rp = _rope_parameters(config)
+    n = (rp.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", None)
+         or getattr(config, "max_position_embeddings", None))
+    if not n:
+        raise ValueError("config has no max_position_embeddings; cannot tell the trained length")
+    return int(n)
+
+
+def scheme_from_config(config) -> PositionScheme:
+    """The posenc RoPE scheme a HF config trained with: base ``rope_theta``, ``partial_rotary_factor``
+    (or GPT-NeoX ``rotary_pct``), half layout, an existing ``rope_type`` kept as ``scaling``,
+    ``train_len`` from :func:`train_len_of`."""
+    rp = _rope_parameters(config)
+    base = rp.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    partial = rp.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    if partial is None:
+        partial = getattr(config, "rotary_pct", 1.0)
+    rope_type = rp.get("rope_type", rp.get("type", "default"))
+    scaling = None
+    if rope_type != "default":
+        scaling = {k: v for k, v in rp.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
+        scaling.setdefault("original_max_position_embeddings", train_len_of(config))
+    rope = RopeSpec(base=float(base), scaling=scaling, partial_rotary_factor=float(partial))
+    return PositionScheme(name="rope", rope=rope, train_len=train_len_of(config))
+
+
+# ===================================================================== transformers hooks
+def _key_positions_mask(batch_size, q_length=None, kv_length=None, q_offset=0, kv_offset=0, attention_mask=None,
+                        device="cpu", **_):
+    """Mask interface "posenc": returns original key positions ``[B, kv_length]`` (long, -1 = padding)
+    in place of a 4-D mask. Positions count the real tokens of the 2-D mask (left padding -> 0 at the
+    first real token), as ``generate()`` does for ``position_ids``."""
+    end = kv_offset + kv_length
+    if attention_mask is None:
+        pos = torch.arange(kv_offset, end, device=device)
+        return pos[None].expand(batch_size, -1)
+    valid = attention_mask.to(torch.bool)
+    if valid.shape[-1] < end:  # keys beyond the 2-D mask (static cache slots) are not real tokens
+        valid = torch.nn.functional.pad(valid, (0, end - valid.shape[-1]), value=False)
+    pos = valid.long().cumsum(-1) - 1
+    pos = torch.where(valid, pos, torch.full_like(pos, -1))
+    return pos[:, kv_offset:end]
+
+
+def posenc_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+    """Attention function "posenc": un-rotated ``query [B,H,Nq,D]``, ``key/value [B,Hk,Nk,D]`` (GQA ok)
+    -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.attention.run_attention` under the scheme that
+    :func:`extend` stored on the module."""
+    from posenc.attention import AttentionParts, run_attention
+
+    state = getattr(module, "_posenc", None)
+    if state is None:
+        raise ValueError(f"{type(module).__name__} was not prepared by posenc.hf.extend; "
+                         f"config._attn_implementation='posenc' needs extend(model, method)")
+    if kwargs.get("softcap") is not None:
+        raise ValueError("attention-logit soft-capping is not supported by the posenc engine")
+    B, H, Nq, D = query.shape
+    Nk = key.shape[2]
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 \
+            and not attention_mask.is_floating_point():
+        if attention_mask.shape[-1] < Nk:
+            raise ValueError(f"posenc got positions for {attention_mask.shape[-1]} keys but {Nk} keys")
+        k_pos_raw = attention_mask[:, -Nk:].to(query.device)  # [B,Nk]; -1 = padding
+        k_pos_raw = k_pos_raw.expand(B, -1) if k_pos_raw.shape[0] != B else k_pos_raw
+    elif attention_mask is None:
+        pid = kwargs.get("position_ids")
+        last = pid[:, -1:] if pid is not None else torch.full((1, 1), Nk - 1)
+        k_pos_raw = (last.to(query.device) - (Nk - 1) + torch.arange(Nk, device=query.device)).expand(B, -1)
+    else:
+        raise ValueError("posenc attention needs the 2-D padding mask, not a prepared 4-D mask")
+    key_mask = k_pos_raw >= 0  # [B,Nk]
+    k_pos = k_pos_raw.clamp(min=0)
+    q_pos = k_pos[:, -Nq:]  # queries are the newest keys (self-attention with a growing cache)
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    window = int(window) if window else None
+    cache_key = (H, D, window)
+    parts = state["parts"].get(cache_key)
+    if parts is None:
+        scheme = state["scheme"]
+        if window is not None:  # this layer's own sliding window (Gemma2, Mistral) joins the scheme's mask
+            from dataclasses import replace
+
+            m = scheme.mask
+            if m.window is None or window <= m.window:  # the layer's window is the tighter one: sinks
+                m = replace(m, window=window, n_sinks=0)  # beyond it are invisible (and HF evicts them)
+            scheme = replace(scheme, mask=m)
+        parts = AttentionParts(scheme, H, D)
+        state["parts"][cache_key] = parts
+    out = run_attention(parts, query, key, value, q_pos, k_pos, impl=state["impl"], scale=scaling,
+                        key_mask=None if bool(key_mask.all()) else key_mask)
+    return out.transpose(1, 2).contiguous(), None  # [B,Nq,H,D]
+
+
+_REGISTERED = False
+
+
+def _register() -> None:
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTN_NAME, posenc_attention)
+    AttentionMaskInterface.register(ATTN_NAME, _key_positions_mask)
+    _REGISTERED = True
+
+
+def _identity_rotation(module, args, output):
+    cos, sin = output
+    return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def _rotary_modules(model):
+    return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+
+
+def _attention_modules(model):
+    return [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
+
+
+def _set_module(model, name: str, new) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+
+
+# ===================================================================== extend
+def _extend_native(model, rope_type: str, params: dict):
+    config = model.config
+    rp = _rope_parameters(config)
+    if rp.get("rope_type", "default") != "default":
+        raise ValueError(f"model already uses rope_type {rp['rope_type']!r}; frequency schedules do not stack")
+    new = {**rp, **_NATIVE_DEFAULTS.get(rope_type, {}), **params, "rope_type": rope_type}
+    if rope_type in ("yarn", "llama3", "longrope"):
+        new.setdefault("original_max_position_embeddings", train_len_of(config))
+    if rope_type in ("linear", "dynamic", "yarn", "llama3") and "factor" not in new:
+        raise ValueError(f"method {rope_type!r} needs factor (target length / trained length)")
+    config.rope_parameters = new
+    for name, mod in _rotary_modules(model):
+        ref = next(iter(mod.buffers()), None)
+        new_mod = type(mod)(config)
+        if ref is not None:
+            new_mod = new_mod.to(ref.device)
+        _set_module(model, name, new_mod)
+    return model
+
+
+def extend(model, method: str = "none", *, native: bool | None = None, impl: str = "auto", **params):
+    """Apply ``method`` (``"none"``, any ``posenc.scheme.METHODS`` name or ``"a+b"``, ``"linear"``,
+    ``"dynamic"``, ``"longrope"``) with ``params`` to a HF causal LM in place; returns the model.
+
+    Methods transformers implements (:data:`HF_NATIVE`) use transformers' own code unless
+    ``native=False``; everything else runs posenc's engine (``impl`` as in
+    :func:`posenc.attention.run_attention`). See the module docstring for what is replaced and why.
+    The method is recorded in ``config.posenc`` (posenc path) or ``config.rope_parameters`` (native).
+    """
+    if getattr(model.config, "posenc", None) or getattr(model, "_posenc_hooks", None):
+        raise ValueError("model is already extended by posenc; load a fresh model to apply another method")
+    names = [m.strip() for m in method.split("+") if m.strip()]
+    if not names:
+        raise ValueError("method must be a non-empty name")
+    if all(n in ("none", "default") for n in names):
+        if params:
+            raise ValueError(f"method 'none' takes no parameters, got {sorted(params)}")
+        return model
+    if len(names) == 1 and names[0] in HF_NATIVE and native is not False:
+        return _extend_native(model, HF_NATIVE[names[0]], params)
+    names = ["pi" if n == "linear" else n for n in names]
+    bad = [n for n in names if n not in METHODS and n not in ("none", "default")]
+    if bad:
+        raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
+    config = model.config
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        raise ValueError("attn_logit_softcapping is set (Gemma2); the posenc engine has no soft-capping: set "
+                         "config.attn_logit_softcapping=None or use a method transformers implements")
+    scheme = scheme_from_config(config).extend("+".join(names), **params)
+    _register()
+    attn = _attention_modules(model)
+    rot = _rotary_modules(model)
+    if not attn or not rot:
+        raise ValueError(f"{type(model).__name__}: found no attention layers with layer_idx or no rotary embedding")
+    state = {"scheme": scheme, "impl": impl, "parts": {}}
+    for m in attn:
+        m._posenc = state
+    model._posenc_hooks = [m.register_forward_hook(_identity_rotation) for _, m in rot]
+    model._posenc_original_attn = config._attn_implementation
+    model.set_attn_implementation(ATTN_NAME)
+    config.posenc = {"method": method, "params": dict(params), "impl": impl, "native": native}
+    return model
+
+
+def posenc_scheme(model) -> PositionScheme | None:
+    """The scheme the posenc path runs (None for untouched or natively extended models)."""
+    for m in _attention_modules(model):
+        if getattr(m, "_posenc", None):
+            return m._posenc["scheme"]
+    return None
+
+
+# ===================================================================== save / load
+def save(model, out, tokenizer=None) -> Path:
+    """``save_pretrained`` that writes a config plain transformers loads (its own attention), with the
+    posenc method in a ``posenc`` section that :func:`load` re-applies."""
+    out = Path(out)
+    orig = getattr(model, "_posenc_original_attn", None)
+    if orig is not None:
+        model.config._attn_implementation = orig
+    try:
+        model.save_pretrained(out)
+    finally:
+        if orig is not None:
+            model.config._attn_implementation = ATTN_NAME
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def load(path, **kwargs):
+    """Load a model dir with transformers and re-apply its ``posenc`` config section, if any."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    spec = getattr(model.config, "posenc", None)
+    if spec:
+        del model.config.posenc
+        extend(model, spec["method"], native=spec.get("native"), impl=spec.get("impl", "auto"),
+               **spec.get("params", {}))
+    return model.eval()
+
+
+# ===================================================================== CLI: posenc extend
+def add_parser(sub) -> None:
+    p = sub.add_parser("extend", help="extend a Hugging Face model's context with a posenc method")
+    p.add_argument("--model", required=True, help="HF model dir")
+    p.add_argument("--method", required=True, help="e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
+    p.add_argument("--factor", type=float, default=None, help="shorthand for --param factor=F")
+    p.add_argument("--window", type=int, default=None, help="shorthand for --param window=W")
+    p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
+                   help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (default: auto=yes)")
+    p.add_argument("--save", required=True, help="output model dir")
+    p.set_defaults(func=_cli)
+
+
+def method_params(args) -> dict:
+    params = parse_params(getattr(args, "param", None) or [])
+    for k in ("factor", "window"):
+        if getattr(args, k, None) is not None:
+            params[k] = getattr(args, k)
+    return params
+
+
+def _cli(args: argparse.Namespace) -> int:
+    native = {"auto": None, "yes": True, "no": False}[args.native]
+    model = load(args.model)
+    extend(model, args.method, native=native, **method_params(args))
+    out = save(model, args.save)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
+        src = Path(args.model) / f
+        if src.exists():
+            (out / f).write_bytes(src.read_bytes())
+    cfg = json.loads((out / "config.json").read_text())
+    print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
+                      "posenc": cfg.get("posenc")}))
+    return 0
+
+
+def __getattr__(name):  # evaluation lives in posenc.hf_eval; keep posenc.hf.evaluate_hf working
+    if name in ("evaluate_hf", "add_hf_eval_args", "run_hf_eval"):
+        from posenc import hf_eval
+
+        return getattr(hf_eval, name)
+    raise AttributeError(name)

@@ -1,0 +1,338 @@
+"""Train a :class:`~posenc.model.TinyLM` under a :class:`~posenc.scheme.PositionScheme` (train short, test long).
+
+nanoGPT-style loop: AdamW (decoupled weight decay on matrices only: no decay on norms, biases, or the
+parameters of positional parts), linear warmup then cosine decay to ``min_lr``, gradient clipping by
+global norm, deterministic seeds. Batch ``step`` comes from :func:`posenc.data.get_batch` and depends
+only on ``(seed, step)``, which is what makes resuming exact.
+
+Run folder (``out_dir``): see :mod:`posenc.checkpoint`. Re-running with the same ``out_dir``
+
+- returns a *finished* checkpoint without training ("reuses finished checkpoints");
+- resumes an *unfinished* one exactly: model, optimizer, step and RNG state are restored, so a killed
+  and resumed run ends with parameters bit-identical to an uninterrupted run;
+- refuses (``ValueError``) when the saved run used a different configuration.
+
+Data parallel: under ``torchrun --nproc-per-node N -m posenc train ...`` (``WORLD_SIZE``/``RANK`` set)
+the process group is initialised (gloo on CPU, nccl on CUDA); rank ``r`` takes rows
+``[r*b, (r+1)*b)`` of the same global batch and DDP averages gradients, so the loss curve equals a
+single process with the same global ``batch_size``. Only rank 0 writes checkpoints and logs.
+
+``init`` continues a checkpoint under a new scheme (the short fine-tunes of PI, YaRN or a base change):
+its weights are loaded into a TinyLM built with the new scheme; an inference-time method name
+(``pi``, ``yarn``, ``rope_base`` ...) is applied to the initial model's scheme via ``scheme.extend``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from posenc import checkpoint as ckpt
+from posenc.model import LMConfig, TinyLM
+from posenc.scheme import METHODS, PositionScheme, parse_params
+
+# TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
+_RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run. ``scheme`` is a preset name (with ``scheme_params``)
+    or a ``PositionScheme.to_dict()``; ``init`` is a checkpoint folder to continue from."""
+
+    out_dir: str
+    corpus: str = "gutenberg"
+    tokenizer: str = "byte"
+    scheme: str | dict = "rope"
+    scheme_params: dict = field(default_factory=dict)
+    dim: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    train_len: int = 128
+    batch_size: int = 32
+    steps: int = 2000
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    dropout: float = 0.0
+    seed: int = 0
+    save_every: int = 500
+    eval_every: int = 0
+    eval_batches: int = 8
+    log_every: int = 10
+    init: str | None = None
+    device: str = "cpu"
+    compile: bool = False
+
+    def __post_init__(self):
+        for name in ("dim", "n_layers", "n_heads", "train_len", "batch_size", "steps", "eval_batches"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {v!r}")
+        for name in ("warmup", "save_every", "eval_every", "seed", "log_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"TrainConfig.{name} must be a non-negative integer, got {v!r}")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip", "dropout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"TrainConfig.{name} must be a finite number >= 0, got {v!r}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= lr ({self.lr})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup ``lr * (step+1)/warmup`` for
+    ``step < warmup``, then cosine from ``lr`` to ``min_lr`` over the remaining steps."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    span = max(1, cfg.steps - cfg.warmup)
+    t = min(1.0, (step - cfg.warmup) / span)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * t))
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on weight matrices (linear layers, token embedding); none on norms, biases
+    and positional parameters (``pos.*`` embeddings, attention ``parts.*`` bias/relative tables)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        positional = name.startswith("pos.") or ".parts." in name
+        (decay if p.ndim >= 2 and not positional else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+# ---------------------------------------------------------------------------------------------- setup
+def resolve_scheme(cfg: TrainConfig, init_scheme: PositionScheme | None = None) -> PositionScheme:
+    """The scheme to train: a dict is ``PositionScheme.from_dict``; an inference-time method name applied
+    to ``init_scheme`` (fine-tune) or to a default RoPE; a trained preset built at ``train_len``."""
+    params = dict(cfg.scheme_params)
+    if isinstance(cfg.scheme, dict):
+        if params:
+            raise ValueError("scheme_params only go with a preset name, not with a scheme dict")
+        return PositionScheme.from_dict(cfg.scheme)
+    if not isinstance(cfg.scheme, str):
+        raise ValueError(f"TrainConfig.scheme must be a preset name or a scheme dict, got {cfg.scheme!r}")
+    names = [m.strip() for m in cfg.scheme.split("+")]
+    if init_scheme is not None and all(m in METHODS for m in names):
+        return init_scheme.extend(cfg.scheme, **params)
+    params.setdefault("train_len", cfg.train_len)
+    return PositionScheme.preset(cfg.scheme, **params)
+
+
+def _dist_env() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _build_model(cfg: TrainConfig, vocab_size: int) -> TinyLM:
+    if cfg.init is None:
+        scheme = resolve_scheme(cfg)
+        return TinyLM(LMConfig(vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads, scheme, cfg.train_len,
+                               dropout=cfg.dropout))
+    base = ckpt.load_model(cfg.init)
+    if base.cfg.vocab_size != vocab_size:
+        raise ValueError(f"init checkpoint {cfg.init} has vocab_size {base.cfg.vocab_size} but tokenizer "
+                         f"{cfg.tokenizer!r} gives {vocab_size}; use the tokenizer it was trained with")
+    scheme = resolve_scheme(cfg, base.scheme)
+    model = TinyLM(replace(base.cfg, scheme=scheme, train_len=cfg.train_len, dropout=cfg.dropout))
+    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+    if missing or unexpected:
+        raise ValueError(f"scheme {scheme.name!r} does not fit the weights of {cfg.init}: missing {missing[:4]}, "
+                         f"unexpected {unexpected[:4]}")
+    return model
+
+
+def _compatible(saved: dict, cfg: TrainConfig) -> None:
+    cur = cfg.to_dict()
+    diff = sorted(k for k in cur if k not in _RUNTIME_FIELDS and json.dumps(saved.get(k), sort_keys=True)
+                  != json.dumps(cur[k], sort_keys=True))
+    if diff:
+        detail = ", ".join(f"{k}: saved {saved.get(k)!r} vs now {cur[k]!r}" for k in diff[:6])
+        raise ValueError(f"out_dir {cfg.out_dir} holds a run with a different configuration ({detail}); "
+                         f"choose another out_dir or delete that folder")
+
+
+@torch.no_grad()
+def _val_loss(model: TinyLM, tokens, cfg: TrainConfig, rank: int, world: int, device) -> float:
+    from posenc.data import get_batch
+
+    was = model.training
+    model.eval()
+    total = 0.0
+    for i in range(cfg.eval_batches):
+        x, y = get_batch(tokens, cfg.batch_size, cfg.train_len, cfg.seed + 1_000_003, i, rank=rank, world_size=world)
+        logits = model(x.to(device), impl="auto")
+        total += float(F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten()))
+    loss = torch.tensor(total / cfg.eval_batches, dtype=torch.float64, device=device)
+    if world > 1:
+        torch.distributed.all_reduce(loss)
+        loss /= world
+    model.train(was)
+    return float(loss)
+
+
+def _summary(run_dir: Path, state: dict, **kw) -> dict:
+    hist = state.get("history", [])
+    return {"run_dir": str(run_dir), "steps": state.get("step", 0), "finished": state.get("finished", False),
+            "final_train_loss": hist[-1] if hist else None, "val_loss": state.get("val_loss"),
+            "tokens_per_s": state.get("tokens_per_s"), "wall_time_s": state.get("wall_time_s"),
+            "history": list(hist), "reused": False, "resumed_from": None, **kw}
+
+
+# ---------------------------------------------------------------------------------------------- train
+def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float], None] | None = None) -> dict:
+    """Train (or resume, or reuse) the run in ``cfg.out_dir`` and return a summary dict: ``run_dir``,
+    ``steps``, ``final_train_loss``, ``val_loss``, ``tokens_per_s`` (global, this session),
+    ``wall_time_s`` (total over sessions), ``history`` (per-step train loss, global-batch mean),
+    ``reused`` (a finished checkpoint was returned untouched) and ``resumed_from`` (step or None).
+    ``on_step(step, loss)`` is called after every optimizer step (after any checkpoint of that step)."""
+    from tqdm.auto import tqdm
+
+    from posenc.data import get_batch, prepare
+
+    run_dir = Path(cfg.out_dir)
+    rank, world, local_rank = _dist_env()
+    started_dist = False
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+        torch.distributed.init_process_group(backend)
+        started_dist = True
+    device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
+    try:
+        return _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, get_batch, tqdm)
+    finally:
+        if started_dist:
+            torch.distributed.destroy_process_group()
+
+
+def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, get_batch, tqdm) -> dict:
+    t_start = time.perf_counter()
+    resume = ckpt.has_checkpoint(run_dir)
+    if resume:
+        meta = ckpt.read_config(run_dir)
+        _compatible(meta.get("extra", {}).get("train", {}), cfg)
+        state = ckpt.load_checkpoint(run_dir, restore_rng=False)["train_state"]  # validates every file
+        if state.get("finished"):
+            return _summary(run_dir, state, reused=True)
+    corpus = prepare(cfg.corpus, cfg.tokenizer)
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+    torch.manual_seed(cfg.seed)
+    model = _build_model(cfg, corpus.vocab_size).to(device)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+    state = {"step": 0, "finished": False, "history": [], "val_history": [], "wall_time_s": 0.0}
+    if resume:
+        state = {**state, **ckpt.load_checkpoint(run_dir, model, opt, restore_rng=True)["train_state"]}
+    resumed_from = state["step"] if resume else None
+    extra = {"corpus": str(cfg.corpus), "tokenizer": corpus.meta.get("tokenizer", {"name": cfg.tokenizer}),
+             "corpus_stats": corpus.stats, "train": cfg.to_dict()}
+    net: nn.Module = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    fwd = torch.compile(net) if cfg.compile else net
+    model.train()
+
+    def save(finished: bool) -> None:
+        if rank == 0:
+            state["finished"] = finished
+            ckpt.save_checkpoint(run_dir, model, model.cfg, state, opt, extra)
+        if world > 1:
+            torch.distributed.barrier()
+
+    tokens_per_step = cfg.batch_size * cfg.train_len
+    start_step, t_loop = state["step"], time.perf_counter()
+    bar = tqdm(total=cfg.steps, initial=start_step, desc=f"train {model.scheme.name}", unit="step",
+               disable=not progress or rank != 0, dynamic_ncols=True)
+    projected = [m for m in model.modules() if callable(getattr(m, "project_", None))]
+    for step in range(start_step, cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        x, y = get_batch(corpus.train, cfg.batch_size, cfg.train_len, cfg.seed, step, rank=rank, world_size=world)
+        logits = fwd(x.to(device), impl="auto")  # [b, N, V]
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        for mod in projected:  # parts with constrained parameters (KERPLE r1, r2) project after the step
+            mod.project_()
+        logged = loss.detach().double()
+        if world > 1:  # mean over ranks = loss of the global batch (equal slices)
+            torch.distributed.all_reduce(logged)
+            logged /= world
+        state["history"].append(float(logged))
+        state["step"] = step + 1
+        done = step + 1 - start_step
+        elapsed = time.perf_counter() - t_loop
+        state["tokens_per_s"] = done * tokens_per_step / max(elapsed, 1e-9)
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            state["val_history"].append([step + 1, _val_loss(model, corpus.val, cfg, rank, world, device)])
+        bar.update(1)
+        if cfg.log_every and (done % cfg.log_every == 0 or step + 1 == cfg.steps):
+            bar.set_postfix(loss=f"{state['history'][-1]:.4f}", tok_s=f"{state['tokens_per_s']:.0f}",
+                            lr=f"{lr_at(step, cfg):.2e}")
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
+            t_start = time.perf_counter()
+            save(False)
+        if on_step is not None:
+            on_step(step + 1, state["history"][-1])
+    bar.close()
+    state["val_loss"] = _val_loss(model, corpus.val, cfg, rank, world, device)
+    state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
+    save(True)
+    return _summary(run_dir, state, resumed_from=resumed_from)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a TinyLM under a position scheme (resumable; torchrun for DDP)")
+    p.add_argument("--out-dir", "--out", dest="out_dir", required=True, help="run folder (checkpoint)")
+    p.add_argument("--scheme", default="rope", help="preset name (see `posenc schemes`) or a scheme JSON file")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="scheme parameter, repeatable (e.g. --param factor=2)")
+    p.add_argument("--init", default=None, metavar="CKPT", help="start from this checkpoint's weights")
+    defaults = TrainConfig(out_dir="")
+    skip = {"out_dir", "scheme", "scheme_params", "init", "compile"}
+    for f in fields(TrainConfig):
+        if f.name in skip:
+            continue
+        v = getattr(defaults, f.name)
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(v), default=v, help=f"(default {v})")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    scheme: str | dict = args.scheme
+    if scheme.endswith(".json") and Path(scheme).is_file():
+        scheme = json.loads(Path(scheme).read_text())
+    kw = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+          if f.name not in ("scheme", "scheme_params") and hasattr(args, f.name)}
+    cfg = TrainConfig(**kw, scheme=scheme, scheme_params=parse_params(args.param))
+    summary = train(cfg, progress=not args.quiet)
+    if _dist_env()[0] == 0:
+        out = {k: v for k, v in summary.items() if k != "history"}
+        print(json.dumps(out, indent=2))
+    return 0

@@ -1,0 +1,138 @@
+"""Tests for posenc.evaluate: per-length method defaults, records, not_applicable cases, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from posenc.cli import main as cli_main
+from posenc.data import ByteTokenizer
+from posenc.evaluate import evaluate_checkpoint, evaluate_model, method_params
+from posenc.model import LMConfig, TinyLM
+from posenc.scheme import PositionScheme
+from posenc.train import TrainConfig, train
+
+
+def write_corpus(path):
+    rng = np.random.default_rng(1)
+    words = "a pale moon over old stone towers and seven wise owls sing of rivers and hills".split()
+    path.write_text("\n".join(" ".join(rng.choice(words, 10)) + "." for _ in range(300)) + "\n")
+    return path
+
+
+KEYS = {"scheme", "method", "params", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens", "passkey",
+        "status", "note"}
+
+
+def tiny_model(preset: str, train_len: int = 32) -> TinyLM:
+    torch.manual_seed(0)
+    return TinyLM(LMConfig(257, 32, 1, 2, PositionScheme.preset(preset, train_len=train_len), train_len))
+
+
+TOKENS = np.random.default_rng(0).integers(0, 256, size=600).astype(np.uint8)
+
+
+@pytest.mark.parametrize("train_len,eval_len", [(32, 32), (32, 64), (128, 1000), (128, 4096)])
+def test_method_params_keep_positions_in_range(train_len, eval_len):
+    ratio = max(1.0, eval_len / train_len)
+    for m in ("pi", "ntk", "ntk_mixed", "yarn", "llama3"):
+        assert method_params(m, train_len, eval_len) == {"factor": ratio}
+    assert method_params("rerope", train_len, eval_len) == {"window": train_len // 2}
+    lk = method_params("leaky_rerope", train_len, eval_len)
+    w, k = lk["window"], lk["factor"]
+    assert w == train_len // 4 and k >= 1 and float(w * (k - 1)).is_integer()
+    assert w + (eval_len - 1 - w) / k <= train_len - 1
+    assert k == 1 or w + (eval_len - 1 - w) / (k - 1 / w) > train_len - 1  # smallest such factor
+    se = method_params("selfextend", train_len, eval_len)
+    g, w = se["group"], se["window"]
+    assert (eval_len - 1) // g + w - w // g <= train_len - 1
+    base = method_params("rope_base", train_len, eval_len, head_dim=16)["base"]
+    assert base == pytest.approx(10000 * ratio ** (16 / 14))
+    assert method_params("bca", train_len, eval_len) == {"block": train_len // 2}
+    assert method_params("streaming_llm", train_len, eval_len)["window"] + 4 == train_len
+    merged = method_params("yarn+selfextend", train_len, eval_len)
+    assert merged == {"factor": ratio, **se}
+    assert method_params("dynamic_ntk", train_len, eval_len) == {}
+
+
+def test_rope_model_records_and_methods():
+    model = tiny_model("rope")
+    recs = evaluate_model(model, TOKENS, [32, 64], ["pi", "yarn", "leaky_rerope", "selfextend", "hierarchical"],
+                          max_windows=2, progress=False)
+    assert len(recs) == 12 and all(set(r) >= KEYS for r in recs)
+    by = {(r["eval_len"], r["method"]): r for r in recs}
+    for (n, m), r in by.items():
+        if m == "hierarchical":
+            assert r["status"] == "not_applicable" and "learned" in r["note"] and r["ppl"] is None
+        else:
+            assert r["status"] == "ok" and math.isfinite(r["ppl"]) and r["tokens"] == 2 * n and r["passkey"] is None
+            assert r["ppl"] == pytest.approx(math.exp(r["loss"])) and r["train_len"] == 32
+    # inside the trained length pi / yarn with factor 1 are the plain model
+    assert by[(32, "pi")]["loss"] == pytest.approx(by[(32, "none")]["loss"], abs=1e-6)
+    assert by[(64, "pi")]["params"] == {"factor": 2.0}
+    assert by[(64, "pi")]["loss"] != by[(64, "none")]["loss"]
+
+
+def test_learned_table_beyond_its_length_is_not_applicable_or_hierarchical():
+    model = tiny_model("learned")
+    recs = evaluate_model(model, TOKENS, [32, 64], [], max_windows=1, progress=False)
+    ok32, na64 = recs
+    assert ok32["status"] == "ok" and ok32["eval_len"] == 32
+    assert na64["status"] == "not_applicable" and "hierarchical" in na64["note"] and na64["ppl"] is None
+    recs = evaluate_model(model, TOKENS, [64], ["hierarchical", "rerope"], max_windows=1, progress=False)
+    by = {r["method"]: r for r in recs}
+    assert by["none"]["status"] == "not_applicable"
+    assert by["hierarchical"]["status"] == "ok" and math.isfinite(by["hierarchical"]["ppl"])
+    assert by["rerope"]["status"] == "not_applicable" and by["rerope"]["note"]
+
+
+def test_method_that_does_not_apply_reports_the_reason():
+    recs = evaluate_model(tiny_model("alibi"), TOKENS, [64], ["pi", "sliding_window"], max_windows=1,
+                          progress=False)
+    by = {r["method"]: r for r in recs}
+    assert by["none"]["status"] == "ok" and by["sliding_window"]["status"] == "ok"
+    assert by["pi"]["status"] == "not_applicable" and "RoPE" in by["pi"]["note"]
+
+
+def test_passkey_rate_and_too_short_prompt():
+    tok = ByteTokenizer()
+    recs = evaluate_model(tiny_model("rope"), TOKENS, [64, 300], [], max_windows=1, passkey=True, tokenizer=tok,
+                          progress=False, passkey_trials=1)
+    short, long = recs
+    assert short["passkey"] is None and "passkey skipped" in short["note"] and short["status"] == "ok"
+    assert 0.0 <= long["passkey"] <= 1.0
+    with pytest.raises(ValueError, match="tokenizer"):
+        evaluate_model(tiny_model("rope"), TOKENS, [32], passkey=True, progress=False)
+
+
+def test_train_then_evaluate_checkpoint_and_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    corpus = str(write_corpus(tmp_path / "tiny.txt"))
+    cfg = TrainConfig(out_dir=str(tmp_path / "run"), corpus=corpus, dim=32, n_layers=1, n_heads=2, train_len=32,
+                      batch_size=4, steps=8, warmup=2, lr=3e-3, save_every=0, eval_batches=1)
+    summary = train(cfg, progress=False)
+    assert summary["final_train_loss"] < summary["history"][0]  # it learns something
+    recs = evaluate_checkpoint(cfg.out_dir, None, [32, 64], ["ntk", "rerope"], max_windows=2, progress=False)
+    assert len(recs) == 6 and all(r["status"] == "ok" and set(r) >= KEYS for r in recs)
+    assert all(r["split"] == "test" and r["corpus"] == corpus for r in recs)
+    assert recs[0]["ppl"] < 257  # better than uniform after a few steps
+    out = tmp_path / "eval.json"
+    rc = cli_main(["eval", cfg.out_dir, "--lengths", "32", "64", "--methods", "pi", "--max-windows", "1",
+                   "--json", str(out), "--quiet"])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "ppl" in table and "pi" in table
+    saved = json.loads(out.read_text())
+    assert [(r["eval_len"], r["method"]) for r in saved] == [(32, "none"), (32, "pi"), (64, "none"), (64, "pi")]
+
+
+def test_hf_model_flag_errors_cleanly_until_implemented(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "posenc.hf", None)  # as if posenc.hf (evaluate_hf) were missing
+    assert cli_main(["eval", "--hf-model", "gpt2"]) == 2
+    assert "not available yet" in capsys.readouterr().err

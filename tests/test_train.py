@@ -1,0 +1,187 @@
+"""Tests for posenc.train and posenc.checkpoint: tiny runs on a tiny user corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc import checkpoint as C
+from posenc.train import TrainConfig, lr_at, param_groups, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_corpus(path: Path) -> Path:
+    rng = random.Random(0)
+    words = ("the quick brown fox jumps over a lazy dog while seven wise owls sing of rivers hills "
+             "and old stone towers under a pale winter moon").split()
+    lines = [" ".join(rng.choice(words) for _ in range(10)).capitalize() + "." for _ in range(300)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    return str(write_corpus(tmp_path / "tiny.txt"))
+
+
+def tiny(corpus, out_dir, **kw) -> TrainConfig:
+    base = dict(out_dir=str(out_dir), corpus=corpus, dim=32, n_layers=1, n_heads=2, train_len=32, batch_size=4,
+                steps=6, warmup=2, lr=3e-3, min_lr=3e-4, save_every=3, eval_batches=1)
+    return TrainConfig(**{**base, **kw})
+
+
+def params_of(run_dir) -> dict[str, torch.Tensor]:
+    return dict(C.load_model(run_dir).state_dict())
+
+
+def test_lr_schedule_and_param_groups():
+    cfg = TrainConfig(out_dir="x", steps=100, warmup=10, lr=1e-3, min_lr=1e-4)
+    assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(10, cfg) == pytest.approx(1e-3) and lr_at(100, cfg) == pytest.approx(1e-4)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))  # cosine decays monotonically
+    from posenc.model import LMConfig, TinyLM
+    from posenc.scheme import PositionScheme
+
+    model = TinyLM(LMConfig(257, 16, 1, 2, PositionScheme.preset("learned", train_len=16), 16))
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in no_decay["params"]} >= {"pos.table", "norm.weight", "blocks.0.mlp.0.bias"}
+    assert "tok.weight" in {names[id(p)] for p in decay["params"]}
+    assert all(p.ndim >= 2 for p in decay["params"])
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(out_dir="x", lr=1e-4, min_lr=1e-3)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_kill_and_resume_is_bit_identical(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "full", dropout=0.1)  # dropout: the RNG state must be restored too
+    full = train(cfg, progress=False)
+    assert full["steps"] == 6 and full["resumed_from"] is None and len(full["history"]) == 6
+
+    def kill_at_4(step, loss):
+        if step == 4:  # checkpoint of step 3 exists; step 4's progress is lost, like a SIGKILL
+            raise Killed
+
+    killed = replace(cfg, out_dir=str(tmp_path / "killed"))
+    with pytest.raises(Killed):
+        train(killed, progress=False, on_step=kill_at_4)
+    state = C.load_checkpoint(killed.out_dir, restore_rng=False)["train_state"]
+    assert state["step"] == 3 and not state["finished"]
+    resumed = train(killed, progress=False)
+    assert resumed["resumed_from"] == 3
+    assert resumed["history"] == full["history"]
+    a, b = params_of(cfg.out_dir), params_of(killed.out_dir)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_finished_checkpoint_is_reused(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "run", steps=3)
+    first = train(cfg, progress=False)
+    stamps = {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()}
+    again = train(replace(cfg, save_every=1, device="cpu"), progress=False)  # runtime-only fields may differ
+    assert again["reused"] and again["history"] == first["history"] and again["val_loss"] == first["val_loss"]
+    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()} == stamps
+    with pytest.raises(ValueError, match="different configuration.*lr"):
+        train(replace(cfg, lr=1e-2), progress=False)
+
+
+def test_checkpoint_files_and_config(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "run", steps=2)
+    train(cfg, progress=False)
+    run = Path(cfg.out_dir)
+    assert sorted(p.name for p in run.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])  # no temp files
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["dim"] == 32 and meta["scheme"]["name"] == "rope" and meta["posenc_version"]
+    assert meta["extra"]["tokenizer"]["name"] == "byte" and meta["extra"]["train"]["steps"] == 2
+    out = C.load_checkpoint(run, restore_rng=False)
+    assert out["config"].train_len == 32 and out["train_state"]["finished"]
+    x = torch.randint(0, 257, (1, 16))
+    torch.testing.assert_close(C.load_model(run)(x), out["model"].eval()(x))
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in run.iterdir()}
+
+
+def test_corrupt_checkpoints_raise_clear_errors_and_keep_files(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "run", steps=2)
+    train(cfg, progress=False)
+    run = Path(cfg.out_dir)
+    good = _snapshot(run)
+    # truncated weights
+    (run / "model.safetensors").write_bytes(good["model.safetensors"][:1000])
+    before = _snapshot(run)
+    with pytest.raises(ValueError, match=r"model\.safetensors.*(truncated|bytes).*train again"):
+        C.load_model(run)
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
+        train(cfg, progress=False)
+    assert _snapshot(run) == before  # nothing deleted or rewritten
+    # corrupt config.json
+    (run / "model.safetensors").write_bytes(good["model.safetensors"])
+    (run / "config.json").write_bytes(good["config.json"][:50])
+    before = _snapshot(run)
+    with pytest.raises(ValueError, match=r"config\.json is not valid JSON"):
+        C.load_model(run)
+    with pytest.raises(ValueError, match=r"config\.json"):
+        train(cfg, progress=False)
+    assert _snapshot(run) == before
+    with pytest.raises(ValueError, match="not a posenc checkpoint"):
+        C.load_model(tmp_path / "nowhere")
+
+
+def test_init_finetunes_under_a_new_scheme(corpus, tmp_path):
+    base = tiny(corpus, tmp_path / "base", steps=2)
+    train(base, progress=False)
+    ft = tiny(corpus, tmp_path / "pi", steps=2, train_len=64, init=base.out_dir, scheme="pi",
+              scheme_params={"factor": 2.0})
+    train(ft, progress=False)
+    model = C.load_model(ft.out_dir)
+    assert model.cfg.train_len == 64 and model.scheme.rope.scaling["rope_type"] == "linear"
+    assert model.scheme.rope.scaling["original_max_position_embeddings"] == 32
+    start = C.load_model(base.out_dir)
+    assert not torch.equal(model.tok.weight, start.tok.weight)  # it trained from there...
+    assert (model.tok.weight - start.tok.weight).abs().max() < 0.1  # ...and started from those weights
+
+
+def _torchrun(args, env, nproc):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "posenc", "train", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_two_process_data_parallel_matches_one_process(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "single", steps=4, save_every=0)
+    single = train(cfg, progress=False)
+    env = {**os.environ, "POSENC_CACHE": os.environ["POSENC_CACHE"], "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "ddp"
+    args = ["--out-dir", str(out), "--corpus", corpus, "--dim", "32", "--n-layers", "1", "--n-heads", "2",
+            "--train-len", "32", "--batch-size", "4", "--steps", "4", "--warmup", "2", "--lr", "3e-3",
+            "--min-lr", "3e-4", "--save-every", "0", "--eval-batches", "1", "--quiet"]
+    proc = _torchrun(args, env, 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])  # only rank 0 prints
+    assert summary["steps"] == 4
+    ddp_hist = C.load_checkpoint(out, restore_rng=False)["train_state"]["history"]
+    assert len(ddp_hist) == 4
+    for a, b in zip(ddp_hist, single["history"]):
+        assert abs(a - b) < 1e-5, (ddp_hist, single["history"])
+    a, b = params_of(out), params_of(cfg.out_dir)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
