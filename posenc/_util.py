@@ -21,6 +21,14 @@ def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
     return value
 
 
+def check_even_int(name: str, value, why: str = "dimension pairs") -> int:
+    """Return ``value`` as an even int >= 2, or raise ``ValueError`` naming the parameter."""
+    value = check_positive_int(name, value, minimum=2)
+    if value % 2:
+        raise ValueError(f"{name} must be even ({why}), got {value}")
+    return value
+
+
 def check_finite(name: str, value, *, minimum: float | None = None, maximum: float | None = None,
                  strict_min: bool = False) -> float:
     """Return ``value`` as float; raise ``ValueError`` if it is not a finite real in the allowed range."""

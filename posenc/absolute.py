@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torchdiffeq import odeint
 
-from ._util import as_positions, check_finite, check_positive_int
+from ._util import as_positions, check_even_int, check_finite, check_positive_int
 
 __all__ = [
     "EMBEDDINGS",
@@ -36,10 +36,7 @@ __all__ = [
 
 
 def _check_even_dim(dim) -> int:
-    dim = check_positive_int("dim", dim, minimum=2)
-    if dim % 2:
-        raise ValueError(f"dim must be even (features come in sin/cos or Re/Im pairs), got {dim}")
-    return dim
+    return check_even_int("dim", dim, "features come in sin/cos or Re/Im pairs")
 
 
 # ----------------------------------------------------------------------------------------------------------

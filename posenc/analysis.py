@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from posenc._util import check_finite, check_positive_int
+from posenc._util import check_even_int, check_finite, check_positive_int
 
 __all__ = [
     "DecayCurve",
@@ -34,10 +34,7 @@ __all__ = [
 
 
 def _check_head_dim(head_dim) -> int:
-    head_dim = check_positive_int("head_dim", head_dim, minimum=2)
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even (dimension pairs), got {head_dim}")
-    return head_dim
+    return check_even_int("head_dim", head_dim)
 
 
 def default_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
