@@ -39,7 +39,7 @@ from posenc.masks import MaskSpec
 from posenc.remap import Branch, Remap, logn_scale
 from posenc.scheme import PositionScheme
 
-IMPLS = ("auto", "reference", "blockwise", "flex")
+IMPLS = ("auto", "reference", "sdpa", "blockwise", "flex")
 
 
 # ====================================================================== runtime parts
@@ -204,7 +204,9 @@ def _finish(parts, scores, allowed, v, q, k, q_pos, k_pos, q_scale):
         scores = scores + parts.relative.scores(q, k, q_pos, k_pos, q_scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1)
-    probs = torch.nan_to_num(probs, nan=0.0).to(v.dtype)  # rows with no visible key -> 0 output
+    if not bool(allowed.any(dim=-1).all()):
+        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key -> 0 output
+    probs = probs.to(v.dtype)
     out = probs @ v
     if parts.relative is not None:
         extra = parts.relative.values(probs, q_pos, k_pos)
@@ -222,50 +224,133 @@ def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
 
 
 # ====================================================================== blockwise path
+def _candidate_keys(parts, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
+    """Indices of the keys a query tile may see according to the mask's key intervals (sorted,
+    unique), or None for all keys. Needs key positions non-decreasing along each row."""
+    if not keys_sorted:
+        return None
+    ivs = parts.mask.key_intervals(int(qp_t.min()), int(qp_t.max()))
+    if ivs is None:
+        return None
+    Nk = k_pos.shape[1]
+    bounds = torch.tensor([[lo, hi] for lo, hi in ivs], dtype=k_pos.dtype, device=k_pos.device)  # [I,2]
+    vals = bounds.flatten()[None].expand(k_pos.shape[0], -1).contiguous()  # [B, 2I]
+    left = torch.searchsorted(k_pos, vals, right=False)[:, 0::2].min(dim=0).values  # [I]
+    right = torch.searchsorted(k_pos, vals, right=True)[:, 1::2].max(dim=0).values
+    pieces = [torch.arange(int(a), int(b), device=k_pos.device) for a, b in zip(left, right) if b > a]
+    if not pieces:
+        return k_pos.new_zeros(0)
+    idx = torch.unique(torch.cat(pieces)) if len(pieces) > 1 else pieces[0]
+    return None if idx.numel() == Nk else idx
+
+
+def _keys_sorted(k_pos) -> bool:
+    return k_pos.shape[1] < 2 or bool((k_pos[:, 1:] >= k_pos[:, :-1]).all())
+
+
 def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile: int = 256):
+    """Query tiles of ``tile`` rows. Per tile: the keys its mask intervals allow (a window costs
+    O(window), not O(N)); per branch: q and k rotated once for the whole call, and the q.k product
+    computed only on the contiguous key columns its region reaches (ReRoPE's near branch touches
+    ~window keys per tile, the far branch the rest; boundary columns are computed by both)."""
     B, H, Nq, D = q.shape
-    Nk = k.shape[2]
     out = torch.empty(B, H, Nq, v.shape[-1], dtype=v.dtype, device=v.device)
-    kb = tile
-    n_kblocks = (Nk + kb - 1) // kb
+    rots = [_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches]
+    keys_sorted = _keys_sorted(k_pos)
+    heads = torch.arange(parts.n_heads, device=q.device)[None, :, None, None]
     for s in range(0, Nq, tile):
         e = min(Nq, s + tile)
         qp_t = q_pos[:, s:e]
-        allowed = parts.allowed(qp_t[:, None, :, None], k_pos[:, None, None, :])  # [B,1,t,Nk]
-        if key_mask is not None:
-            allowed = allowed & key_mask[:, None, None, :]
-        # key blocks with at least one visible pair for this tile
-        col_any = allowed.any(dim=(0, 1, 2))  # [Nk]
-        pad = n_kblocks * kb - Nk
-        blk_any = torch.nn.functional.pad(col_any, (0, pad)).view(n_kblocks, kb).any(dim=1)
-        blocks = blk_any.nonzero().flatten()
-        if blocks.numel() == 0:
+        idx = _candidate_keys(parts, qp_t, k_pos, keys_sorted)
+        if idx is not None and idx.numel() == 0:
             out[:, :, s:e] = 0
             continue
-        idx = (blocks[:, None] * kb + torch.arange(kb, device=q.device)[None]).flatten()
-        idx = idx[idx < Nk]
-        if idx.numel() == Nk:
-            k_t, v_t, kp_t, al_t = k, v, k_pos, allowed
-        else:
-            k_t, v_t = k.index_select(2, idx), v.index_select(2, idx)
-            kp_t, al_t = k_pos.index_select(1, idx), allowed.index_select(3, idx)
+        def sel(t, dim, idx=idx):
+            return t if idx is None else t.index_select(dim, idx)
+
+        kp_c = sel(k_pos, 1)
+        qg, kg = qp_t[:, None, :, None], kp_c[:, None, None, :]
+        allowed = parts.allowed(qg, kg)  # [B,1,t,nc]
+        if key_mask is not None:
+            allowed = allowed & sel(key_mask, 1)[:, None, None, :]
+        scores = None
+        for br, rot in zip(parts.branches, rots):
+            q_b = rot.q[:, :, s:e]
+            region = allowed if br.region is None else br.region(qg, kg) & allowed
+            cols = region.any(dim=(0, 1, 2)).nonzero().flatten()
+            if cols.numel() == 0:
+                continue
+            c0, c1 = int(cols[0]), int(cols[-1]) + 1
+            k_b = sel(rot.k, 2)[:, :, c0:c1]
+            s_b = q_b @ k_b.transpose(-1, -2)  # [B,H,t,c1-c0]
+            if scores is None:
+                scores = q_b.new_zeros(B, H, e - s, kp_c.shape[1])
+            if br.region is None or bool(region[..., c0:c1].all()):
+                scores[..., c0:c1] = s_b
+            else:
+                scores[..., c0:c1] = torch.where(region[..., c0:c1], s_b, scores[..., c0:c1])
+        if scores is None:
+            out[:, :, s:e] = 0
+            continue
+        if parts.bias is not None:
+            scores = scores + parts.bias.score(heads, parts.bias_query_pos(qg, kg), kg).to(scores.dtype)
         q_t, qs_t = q[:, :, s:e], q_scale[:, :, s:e]
-        scores = _scores_tile(parts, q_t, k_t, qp_t, kp_t, freqs, qs_t)
-        out[:, :, s:e] = _finish(parts, scores, al_t, v_t, q_t, k_t, qp_t, kp_t, qs_t)
+        out[:, :, s:e] = _finish(parts, scores, allowed, sel(v, 2), q_t, sel(k, 2), qp_t, kp_c, qs_t)
+    return out
+
+
+# ====================================================================== SDPA path
+def sdpa_applicable(parts: AttentionParts) -> bool:
+    """One branch and no content-relative terms: rotate once, then fused SDPA with the bias and
+    mask as one additive mask (or ``is_causal``). This is the training path at short lengths."""
+    return parts.single_branch and parts.relative is None
+
+
+def _sdpa(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
+    import torch.nn.functional as F
+
+    rot = _rotate_branch(parts, q, k, q_pos, k_pos, parts.branches[0], freqs, q_scale)
+    Nq, Nk = q.shape[2], k.shape[2]
+    plain = (parts.bias is None and key_mask is None and parts.mask.is_plain_causal
+             and type(parts.remap).allowed is Remap.allowed and Nq == Nk
+             and bool((q_pos == k_pos).all())
+             and bool((q_pos == torch.arange(Nq, device=q_pos.device)[None] + q_pos[:, :1]).all()))
+    if plain:  # positions are the indices (up to a shift): SDPA's own causal mask is the same mask
+        return F.scaled_dot_product_attention(rot.q, rot.k, v, is_causal=True, scale=1.0)
+    qp, kp = q_pos[:, None, :, None], k_pos[:, None, None, :]
+    allowed = parts.allowed(qp, kp)
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    if parts.bias is None:
+        mask = allowed
+    else:
+        h = torch.arange(parts.n_heads, device=q.device)[None, :, None, None]
+        bias = parts.bias.score(h, parts.bias_query_pos(qp, kp), kp).to(q.dtype)
+        mask = bias.masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(rot.q, rot.k, v, attn_mask=mask, scale=1.0)
+    if not bool(allowed.any(dim=-1).all()):
+        out = torch.nan_to_num(out, nan=0.0)
     return out
 
 
 # ====================================================================== flex path
 @lru_cache(maxsize=1)
 def _compiled_flex():
+    import torch._dynamo.config as dynamo_config
     from torch.nn.attention.flex_attention import flex_attention
 
+    # One compiled callable serves every scheme; each distinct score_mod/mask_mod/shape family is a
+    # graph in its cache. The default limit (8) would silently drop a lab run with many schemes
+    # to eager flex, which materialises the scores.
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
+    dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 256)
     return torch.compile(flex_attention, dynamic=False)
 
 
-def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128):
-    """BlockMask for ``allowed_fn(qp, kp)`` built one query block row at a time, so memory is
-    O(block x Nk) rather than the O(Nq x Nk) of evaluating the mask on the full grid."""
+def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128, key_intervals=None):
+    """BlockMask for ``allowed_fn(qp, kp)`` built one query block row at a time, evaluating the mask
+    only on the keys ``key_intervals(q_lo, q_hi)`` admits (all keys when None or when key positions
+    are not sorted). Memory O(block x candidate keys); a sliding window costs O(N x window)."""
     from torch.nn.attention.flex_attention import BlockMask
 
     B, Nq = q_pos.shape
@@ -273,16 +358,28 @@ def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128):
     nqb, nkb = (Nq + block - 1) // block, (Nk + block - 1) // block
     partial = torch.zeros(B, 1, nqb, nkb, dtype=torch.bool)
     full = torch.zeros(B, 1, nqb, nkb, dtype=torch.bool)
+    keys_sorted = key_intervals is not None and _keys_sorted(k_pos)
+    kidx_all = torch.arange(Nk)
     for i in range(nqb):
         s, e = i * block, min(Nq, (i + 1) * block)
-        a = allowed_fn(q_pos[:, s:e, None], k_pos[:, None, :])  # [B,t,Nk]
-        pad = nkb * block - Nk
-        a_any = torch.nn.functional.pad(a, (0, pad), value=False).view(B, e - s, nkb, block)
-        a_all = torch.nn.functional.pad(a, (0, pad), value=True).view(B, e - s, nkb, block)
-        anyb = a_any.any(dim=(1, 3))
-        allb = a_all.all(dim=(1, 3)) & (e - s == block)
+        qp = q_pos[:, s:e]
+        idx = None
+        if keys_sorted:
+            ivs = key_intervals(int(qp.min()), int(qp.max()))
+            if ivs is not None:
+                idx = _candidate_keys(_IntervalsOnly(ivs), qp, k_pos, True)
+        kidx = kidx_all if idx is None else idx
+        if kidx.numel() == 0:
+            continue
+        a = allowed_fn(qp[:, :, None], k_pos.index_select(1, kidx)[:, None, :])  # [B,t,nc]
+        blk = torch.div(kidx, block, rounding_mode="floor")  # key block of each candidate
+        counts = torch.zeros(B, nkb, dtype=torch.long).index_add_(1, blk, a.sum(dim=1).long())
+        sizes = torch.full((nkb,), block, dtype=torch.long)
+        sizes[-1] = Nk - (nkb - 1) * block
+        # "full" (mask_mod skipped) only for complete blocks whose every pair is visible
+        allb = (counts == (e - s) * sizes[None]) & (sizes[None] == block) & (e - s == block)
+        partial[:, 0, i] = (counts > 0) & ~allb
         full[:, 0, i] = allb
-        partial[:, 0, i] = anyb & ~allb
 
     def to_idx(m):
         num = m.sum(-1).to(torch.int32)
@@ -300,6 +397,17 @@ def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128):
                                     seq_lengths=(Nq, Nk))
 
 
+class _IntervalsOnly:
+    """Adapter: precomputed intervals in the shape ``_candidate_keys`` expects (``parts.mask``)."""
+
+    def __init__(self, ivs):
+        self.mask = self
+        self._ivs = ivs
+
+    def key_intervals(self, q_lo, q_hi):
+        return self._ivs
+
+
 def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
     return (parts.single_branch and parts.relative is None and not needs_grad
             and (parts.bias is None or not any(p.requires_grad for p in parts.bias.parameters())
@@ -311,7 +419,7 @@ def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     br = parts.branches[0]
     rot = _rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale)
     if key_mask is None:
-        bm = build_block_mask(parts.allowed, q_pos, k_pos)
+        bm = build_block_mask(parts.allowed, q_pos, k_pos, key_intervals=parts.mask.key_intervals)
     else:  # padding keys: encode validity in the key position (-1 is never a real position)
         kp_masked = torch.where(key_mask, k_pos, torch.full_like(k_pos, -1))
         bm = build_block_mask(lambda qp, kp: parts.allowed(qp, kp) & (kp >= 0), q_pos, kp_masked)
@@ -330,6 +438,30 @@ def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
 
 
 # ====================================================================== entry point
+SDPA_MASK_ELEMENTS = 1 << 26  # largest materialised additive mask the auto choice accepts (256 MB fp32)
+
+
+def choose_impl(parts: AttentionParts, B: int, H: int, Nq: int, Nk: int, needs_grad: bool) -> str:
+    """The path ``impl="auto"`` takes (measured on this CPU, see benchmarks/):
+
+    - single branch, no content-relative terms: fused SDPA (its causal kernel needs no mask at all;
+      a bias or window becomes one additive mask while that stays below SDPA_MASK_ELEMENTS);
+    - beyond that, at inference: compiled FlexAttention (score_mod + block mask, linear memory);
+    - multi-branch remaps, content-relative terms: the materialised reference when it is small or
+      gradients are needed, else the blockwise path (linear memory).
+    """
+    if sdpa_applicable(parts):
+        plain = parts.bias is None and parts.mask.is_plain_causal and type(parts.remap).allowed is Remap.allowed
+        if plain or B * H * Nq * Nk <= SDPA_MASK_ELEMENTS or needs_grad:
+            return "sdpa"
+        if flex_applicable(parts, needs_grad):
+            return "flex"
+    if needs_grad:
+        return "reference"
+    return "blockwise" if Nq * Nk > 256 * 256 else "reference"
+
+
+
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
                   scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
@@ -343,15 +475,12 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     k, v = _expand_kv(k, H), _expand_kv(v, H)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if impl == "auto":
-        if needs_grad and Nq * Nk <= 4096 * 4096:
-            impl = "reference"
-        elif flex_applicable(parts, needs_grad) and Nq >= 128:
-            impl = "flex"
-        else:
-            impl = "blockwise" if Nq * Nk > 512 * 512 else "reference"
+        impl = choose_impl(parts, B, H, Nq, Nk, needs_grad)
     if impl == "flex" and not flex_applicable(parts, needs_grad):
         impl = "blockwise"  # documented fallback: compiled CPU flex has no LSE / backward
-    path = {"reference": _reference, "blockwise": _blockwise, "flex": _flex}[impl]
+    if impl == "sdpa" and not sdpa_applicable(parts):
+        impl = "blockwise"
+    path = {"reference": _reference, "sdpa": _sdpa, "blockwise": _blockwise, "flex": _flex}[impl]
 
     ells = parts.schedule_lengths(q_pos, k_pos)
     if ells is None:

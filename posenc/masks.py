@@ -83,6 +83,23 @@ class MaskSpec:
                            < torch.div(nxt, self.block, rounding_mode="floor") - 1)
         return gone
 
+    def key_intervals(self, q_lo: int, q_hi: int) -> list[tuple[int, int]] | None:
+        """Inclusive key-position intervals that some query with position in [q_lo, q_hi] may see
+        (a superset), or None for "any key". Lets the engine skip key blocks without evaluating
+        the mask against every key: a window then costs O(N * window), not O(N^2)."""
+        hi = q_hi if self.causal else None
+        ranges: list[tuple[int, int | None]] = [(0, hi)]
+        if self.window is not None:
+            near = (max(0, q_lo - self.window + 1), hi)
+            ranges = [near]
+            if self.n_sinks:
+                ranges.append((0, min(self.n_sinks - 1, hi) if hi is not None else self.n_sinks - 1))
+        if self.block is not None:
+            floor = max(0, (q_lo // self.block - 1) * self.block)
+            ranges = [(max(lo, floor), h) for lo, h in ranges]
+        out = [(lo, h if h is not None else 2 ** 62) for lo, h in ranges if h is None or lo <= h]
+        return out
+
     def bounded_size(self) -> int | None:
         """Most keys any query can see, or None if unbounded (used to size caches)."""
         sizes = []

@@ -26,6 +26,8 @@ suffers the final bf16 rounding. Angles are never computed in ``x``'s dtype.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ._util import as_positions, check_finite, check_positive_int
@@ -34,6 +36,7 @@ __all__ = [
     "LAYOUTS",
     "RopeAngleCache",
     "apply_rope",
+    "apply_rope_",
     "apply_rope_cos_sin",
     "rope_angles",
     "rope_cos_sin",
@@ -117,6 +120,96 @@ def rope_cos_sin(positions, inv_freq, dtype: torch.dtype = torch.float32, scale:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# fused rotation kernel (optional C++/OpenMP extension; pure PyTorch is the fallback and the definition)
+
+_KERNEL_SRC = r"""
+#include <torch/extension.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+// x, out: [rows, D] float32 contiguous (out may alias x); cos/sin: [cb, N, R/2] float32 contiguous.
+// Row r = ((b * H) + h) * N + n uses cos row (b % cb) * N + n. Same op order as the PyTorch path
+// (t1 = a*c, t2 = b*s, a' = t1 - t2; b' = b*c + a*s), no FMA contraction, so results are bit-identical.
+void rope_rows(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor out, int64_t B,
+               int64_t H, int64_t N, int64_t D, int64_t R, bool half) {
+  const float* xp = x.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t P = R / 2, cb = cos.size(0), rows = B * H * N;
+  #pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = r % N, b = r / (H * N);
+    const float* c = cp + ((b % cb) * N + n) * P;
+    const float* s = sp + ((b % cb) * N + n) * P;
+    const float* xi = xp + r * D;
+    float* o = op + r * D;
+    if (half) {
+      #pragma omp simd
+      for (int64_t i = 0; i < P; ++i) {
+        const float a = xi[i], bb = xi[i + P];
+        const float t1 = a * c[i], t2 = bb * s[i], t3 = bb * c[i], t4 = a * s[i];
+        o[i] = t1 - t2;
+        o[i + P] = t3 + t4;
+      }
+    } else {
+      for (int64_t i = 0; i < P; ++i) {
+        const float a = xi[2 * i], bb = xi[2 * i + 1];
+        const float t1 = a * c[i], t2 = bb * s[i], t3 = bb * c[i], t4 = a * s[i];
+        o[2 * i] = t1 - t2;
+        o[2 * i + 1] = t3 + t4;
+      }
+    }
+    if (o != xi) for (int64_t i = R; i < D; ++i) o[i] = xi[i];
+  }
+}
+"""
+
+_KERNEL_STATE: dict = {}
+_KERNEL_MIN_NUMEL = 1 << 15  # below this the kernel's call overhead is not worth it (and tests stay compile-free)
+
+
+def rope_kernel():
+    """The compiled fused kernel module, or None (compilation failed, disabled by ``POSENC_NO_EXT=1``).
+
+    Built once with ``torch.utils.cpp_extension.load_inline`` (cached in ``~/.cache/torch_extensions``);
+    never needed for correctness: every caller falls back to the pure PyTorch rotation.
+    """
+    if "mod" not in _KERNEL_STATE:
+        _KERNEL_STATE["mod"] = None
+        if os.environ.get("POSENC_NO_EXT", "") not in ("", "0"):
+            return None
+        try:
+            from torch.utils.cpp_extension import load_inline
+
+            _KERNEL_STATE["mod"] = load_inline(
+                name="posenc_rope_v1", cpp_sources=[_KERNEL_SRC], functions=["rope_rows"],
+                extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math"],
+                extra_ldflags=["-fopenmp"], verbose=False)
+        except Exception as exc:  # noqa: BLE001 - any build failure means: use the PyTorch path
+            _KERNEL_STATE["error"] = repr(exc)
+    return _KERNEL_STATE["mod"]
+
+
+def _kernel_ok(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, force: bool = False) -> bool:
+    if x.device.type != "cpu" or x.dtype != torch.float32 or cos.dtype != torch.float32 or sin.dtype != torch.float32:
+        return False
+    if cos.shape[1] != 1 or (x.numel() < _KERNEL_MIN_NUMEL and not force):
+        return False
+    if x.requires_grad and torch.is_grad_enabled():
+        return False
+    return rope_kernel() is not None
+
+
+def _rotate_kernel(x, cos, sin, layout, rot, out):
+    B, H, N, D = x.shape
+    c = cos.reshape(cos.shape[0], N, cos.shape[-1]).contiguous()  # [cb, N, R/2]
+    s = sin.reshape(sin.shape[0], N, sin.shape[-1]).contiguous()
+    rope_kernel().rope_rows(x, c, s, out, B, H, N, D, rot, layout == "half")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
 # rotation
 
 
@@ -140,6 +233,14 @@ def apply_rope_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, la
     if cos.shape[0] not in (1, x.shape[0]) or cos.shape[1] not in (1, x.shape[1]):
         raise ValueError(f"cos/sin of shape {tuple(cos.shape)} do not broadcast to x {tuple(x.shape)}")
     rot = _resolve_rotary_dim(rotary_dim, x.shape[-1], cos.shape[-1])
+    if _kernel_ok(x, cos, sin):  # fused C++ path: same ops in the same order, one pass over x
+        xc = x.contiguous()
+        return _rotate_kernel(xc, cos, sin, layout, rot, torch.empty_like(xc))
+    return _rotate_torch(x, cos, sin, layout, rot)
+
+
+def _rotate_torch(x, cos, sin, layout, rot):
+    """Pure PyTorch rotation: the definition the kernel is tested against."""
     half = rot // 2
     work = torch.promote_types(x.dtype, cos.dtype)
     c, s = cos.to(work), sin.to(work)
@@ -175,8 +276,49 @@ def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str =
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)  # [B or 1, N]; [1, N] broadcasts
     if pos.shape[0] not in (1, x.shape[0]):
         raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
-    cos, sin = rope_cos_sin(pos, inv_freq.to(x.device), dtype=torch.float32)
+    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device))
     return apply_rope_cos_sin(x, cos, sin, layout, rotary_dim)
+
+
+def apply_rope_(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str = "half",
+                rotary_dim: int | None = None) -> torch.Tensor:
+    """In-place :func:`apply_rope`: overwrites and returns ``x`` (same values as ``apply_rope``).
+
+    Saves the output allocation (one pass over ``x`` instead of read + write of a new tensor) when the fused
+    kernel applies (contiguous float32 CPU tensor); otherwise computes out of place and copies back.
+    """
+    _check_layout(layout)
+    inv_freq = _check_inv_freq(inv_freq)
+    if x.dim() != 4:
+        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    rot = _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
+    pos = as_positions(positions, seq=x.shape[-2], device=x.device)
+    if pos.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
+    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device))
+    if x.is_contiguous() and _kernel_ok(x, cos, sin):
+        return _rotate_kernel(x, cos, sin, layout, rot, x)
+    return x.copy_(_rotate_torch(x, cos, sin, layout, rot))
+
+
+_TABLES: dict = {}
+_TABLE_MAX_POSITION = 1 << 15  # positions beyond this are computed directly (bounds table memory)
+
+
+def _cached_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rope_cos_sin(pos, inv_freq)`` (float32) through a per-``inv_freq`` :class:`RopeAngleCache`.
+
+    The table holds the same float64-angle cos/sin values, so this only skips recomputing them per call.
+    """
+    if pos.numel() == 0 or int(pos.max()) >= _TABLE_MAX_POSITION:
+        return rope_cos_sin(pos, inv_freq, dtype=torch.float32)
+    key = (str(inv_freq.device), tuple(inv_freq.to(torch.float64).tolist()))
+    cache = _TABLES.get(key)
+    if cache is None:
+        if len(_TABLES) >= 8:
+            _TABLES.pop(next(iter(_TABLES)))
+        cache = _TABLES[key] = RopeAngleCache(inv_freq.to(torch.float64), max_position=int(pos.max()) + 1)
+    return cache.cos_sin(pos)
 
 
 class RopeAngleCache:

@@ -345,20 +345,36 @@ def test_flex_falls_back_for_multi_branch_and_grad():
     assert flex_applicable(PositionalAttention(32, 4, _preset("rope")).parts, needs_grad=False)
 
 
-def test_block_mask_counts_match_dense():
+@pytest.mark.parametrize("mask", [MaskSpec(window=70, n_sinks=3), MaskSpec(), MaskSpec(block=50),
+                                  MaskSpec(window=64)])
+@pytest.mark.parametrize("use_intervals", [False, True])
+def test_block_mask_matches_dense(mask, use_intervals):
     from posenc.attention import build_block_mask
 
     p = torch.arange(300)[None]
-    mask = MaskSpec(window=70, n_sinks=3)
-    bm = build_block_mask(mask.allowed, p, p, block=64)
+    bm = build_block_mask(mask.allowed, p, p, block=64, key_intervals=mask.key_intervals if use_intervals else None)
     dense = materialize(mask, p, p)[0, 0]
     nb = (300 + 63) // 64
     for i in range(nb):
         rows = dense[i * 64:(i + 1) * 64]
-        any_blocks = {j for j in range(nb) if rows[:, j * 64:(j + 1) * 64].any()}
-        got = set(bm.kv_indices[0, 0, i, : bm.kv_num_blocks[0, 0, i]].tolist())
-        got |= set(bm.full_kv_indices[0, 0, i, : bm.full_kv_num_blocks[0, 0, i]].tolist())
-        assert got == any_blocks
+        partial = {j for j in range(nb) if rows[:, j * 64:(j + 1) * 64].any()}
+        full = {j for j in partial if rows.shape[0] == 64 and rows[:, j * 64:(j + 1) * 64].all()
+                and (j + 1) * 64 <= 300}
+        got_partial = set(bm.kv_indices[0, 0, i, : bm.kv_num_blocks[0, 0, i]].tolist())
+        got_full = set(bm.full_kv_indices[0, 0, i, : bm.full_kv_num_blocks[0, 0, i]].tolist())
+        assert got_full == full and got_partial == partial - full
+
+
+@pytest.mark.parametrize("mask", [MaskSpec(window=7, n_sinks=2), MaskSpec(block=5), MaskSpec(window=3, block=4),
+                                  MaskSpec(causal=False, window=6), MaskSpec()])
+def test_key_intervals_cover_every_visible_key(mask):
+    p = torch.arange(60)
+    dense = mask.allowed(p[:, None], p[None])
+    for q_lo in range(0, 60, 7):
+        q_hi = min(59, q_lo + 9)
+        visible = dense[q_lo:q_hi + 1].any(0).nonzero().flatten().tolist()
+        ivs = mask.key_intervals(q_lo, q_hi)
+        assert all(any(lo <= kp <= hi for lo, hi in ivs) for kp in visible), (q_lo, ivs)
 
 
 # ------------------------------------------------------------------ gradients and learned parts

@@ -1,0 +1,146 @@
+"""Attention, causal, B=1, 4 heads x 64, at several lengths (no_grad, inference).
+
+Peers in one run: bias-free ``F.scaled_dot_product_attention(is_causal=True)`` (the speed limit), posenc's
+flex path for RoPE and ALiBi, SDPA with a materialised ALiBi bias (what users do today), ReRoPE through
+posenc (blockwise branch merge) vs the bojone-style two-materialised-score-matrices implementation, and a
+sliding window (w=1024) vs full causal. Peak memory of one call per case is measured in a fresh subprocess
+(VmHWM after minus VmRSS before; see ``benchmarks.common.measure_peak``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import cli, measure_peak, peak_memory_subprocess, time_peers
+from posenc.attention import attention
+from posenc.biases import alibi_slopes
+from posenc.frequencies import rope_frequencies
+from posenc.rotary import apply_rope
+from posenc.scheme import PositionScheme
+
+H, D = 4, 64
+RERROPE_WINDOW, RERROPE_TRAIN = 512, 2048
+SLIDING = 1024
+
+
+def _inputs(N: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, H, N, D, generator=g) for _ in range(3))
+
+
+def alibi_bias(N: int) -> torch.Tensor:
+    """Materialised causal ALiBi bias ``[1, H, N, N]`` (``-slope * (q - k)``, ``-inf`` above the diagonal)."""
+    pos = torch.arange(N)
+    d = (pos[:, None] - pos[None, :]).float()  # [N, N]
+    bias = -alibi_slopes(H).float()[:, None, None] * d  # [H, N, N]
+    return bias.masked_fill(d < 0, float("-inf"))[None]
+
+
+def rerope_bojone(q, k, v, window: int = RERROPE_WINDOW, base: float = 10000.0):
+    """ReRoPE as in Su's reference code: two full score matrices (normal RoPE, and q rotated by ``window``
+    against un-rotated k), picked by ``|q - k| < window``, then a causal softmax."""
+    N = q.shape[2]
+    inv = rope_frequencies(D, base=base).inv_freq
+    pos = torch.arange(N)
+    scale = 1.0 / math.sqrt(D)
+    s1 = apply_rope(q, pos, inv) @ apply_rope(k, pos, inv).transpose(-1, -2) * scale  # [1,H,N,N]
+    s2 = apply_rope(q, torch.full_like(pos, window), inv) @ k.transpose(-1, -2) * scale  # [1,H,N,N]
+    d = pos[:, None] - pos[None, :]
+    s = torch.where(d < window, s1, s2).masked_fill(d < 0, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def schemes():
+    return {"rope": PositionScheme.preset("rope"), "alibi": PositionScheme.preset("alibi"),
+            "rerope": PositionScheme.preset("rerope", train_len=RERROPE_TRAIN, window=RERROPE_WINDOW),
+            "sliding": PositionScheme.preset("sliding_window", train_len=RERROPE_TRAIN, window=SLIDING)}
+
+
+def case_fns(N: int, q, k, v, materialised: bool):
+    sc = schemes()
+    fns = {
+        "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "posenc_flex_rope": lambda: attention(q, k, v, sc["rope"], impl="flex"),
+        "posenc_flex_alibi": lambda: attention(q, k, v, sc["alibi"], impl="flex"),
+        "posenc_rerope_blockwise": lambda: attention(q, k, v, sc["rerope"], impl="blockwise"),
+        "posenc_flex_sliding1k": lambda: attention(q, k, v, sc["sliding"], impl="flex"),
+    }
+    if materialised:
+        bias = alibi_bias(N)
+        fns["sdpa_materialised_alibi"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        fns["rerope_bojone"] = lambda: rerope_bojone(q, k, v)
+    return fns
+
+
+def _mem_case(name: str, N: int) -> dict:
+    q, k, v = _inputs(N)
+    with torch.no_grad():
+        if name == "sdpa_materialised_alibi":  # the bias is part of what this approach costs
+            def fn():
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=alibi_bias(N))
+        else:
+            fn = case_fns(N, q, k, v, materialised=name in ("rerope_bojone",))[name]
+        if name.startswith("posenc_flex"):  # compile outside the measurement (one-off, not per call)
+            attention(*_inputs(N, 1), schemes()[name.split("_")[-1].replace("1k", "")], impl="flex")
+        return {"case": name, "N": N, **measure_peak(fn)}
+
+
+def run(quick: bool = False, n: int | None = None) -> dict:
+    lengths = [n] if n else ([256] if quick else [1024, 4096, 16384])
+    results, summary = {}, {}
+    with torch.no_grad():
+        # correctness sanity of the peers (not a timing): bojone vs posenc ReRoPE at a small length
+        q, k, v = _inputs(min(lengths[0], 1024))
+        diff = (rerope_bojone(q, k, v) - attention(q, k, v, schemes()["rerope"], impl="blockwise")).abs().max()
+        summary["rerope_bojone_vs_posenc_maxdiff"] = float(diff)
+        for N in lengths:
+            q, k, v = _inputs(N)
+            materialised = N <= 4096  # 16k: a [1,4,N,N] fp32 matrix is 4 GiB; bojone needs >= 2 of them
+            repeats = 3 if quick else (7 if N <= 1024 else 3 if N <= 4096 else 1)
+            t = time_peers(case_fns(N, q, k, v, materialised), repeats=repeats)
+            med = {a: b["median_ms"] for a, b in t.items()}
+            sd = med["sdpa_causal"]
+            r = {"rope_flex_over_sdpa": med["posenc_flex_rope"] / sd,
+                 "alibi_flex_over_sdpa": med["posenc_flex_alibi"] / sd,
+                 "rerope_posenc_over_sdpa": med["posenc_rerope_blockwise"] / sd,
+                 "full_causal_flex_over_sliding1k": med["posenc_flex_rope"] / med["posenc_flex_sliding1k"],
+                 "sdpa_causal_over_sliding1k": sd / med["posenc_flex_sliding1k"]}
+            if materialised:
+                r["materialised_alibi_over_posenc_alibi"] = med["sdpa_materialised_alibi"] / med["posenc_flex_alibi"]
+                r["bojone_over_posenc_rerope"] = med["rerope_bojone"] / med["posenc_rerope_blockwise"]
+            results[str(N)] = {"timings": t, "ratios": r}
+            summary[f"N={N}"] = {"ms": {a: round(b, 2) for a, b in med.items()},
+                                 **{a: round(b, 3) for a, b in r.items()}}
+    # peak memory, one fresh subprocess per case
+    mem_cases = [("sdpa_causal", lengths[-1]), ("posenc_flex_alibi", lengths[-1]),
+                 ("posenc_rerope_blockwise", lengths[-1])]
+    if quick:
+        mem_cases += [("rerope_bojone", lengths[-1]), ("sdpa_materialised_alibi", lengths[-1])]
+    else:
+        mem_cases += [("rerope_bojone", 4096), ("rerope_bojone", 8192), ("sdpa_materialised_alibi", 4096),
+                      ("posenc_rerope_blockwise", 4096)]
+    memory = [peak_memory_subprocess("benchmarks.bench_attention", ["--mem", c, N_]) for c, N_ in mem_cases]
+    Nm = lengths[-1]
+    summary["memory_extra_mb"] = {f"{m.get('case')}@{m.get('N')}": round(m.get("extra_mb", -1), 1) for m in memory}
+    # bojone at Nm: two fp32 [1,4,Nm,Nm] score matrices at least (plus where/softmax temporaries)
+    summary["bojone_predicted_min_mb_at_" + str(Nm)] = 2 * H * Nm * Nm * 4 / 2**20
+    rerope_mem = [m for m in memory if m.get("case") == "posenc_rerope_blockwise" and m.get("N") == Nm]
+    if rerope_mem and "extra_mb" in rerope_mem[0]:
+        summary["goal_rerope_under_1GB_at_" + str(Nm)] = rerope_mem[0]["extra_mb"] < 1024
+    return {"config": {"lengths": lengths, "H": H, "D": D, "B": 1, "causal": True, "quick": quick,
+                       "rerope": {"train_len": RERROPE_TRAIN, "window": RERROPE_WINDOW}, "sliding_window": SLIDING,
+                       "skipped": "materialised peers above 4096 tokens (>= 4-8 GiB); 64k not run by default "
+                                  "(time budget); pass --n 65536"},
+            "results": results, "memory": memory, "summary": summary}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "--mem":
+        print(json.dumps(_mem_case(sys.argv[2], int(sys.argv[3]))))
+        raise SystemExit(0)
+    raise SystemExit(cli("bench_attention", run))
