@@ -1,0 +1,380 @@
+"""The extrapolation lab: train short, test long, under identical conditions (``posenc bench``).
+
+A :class:`BenchPreset` is plain data: corpus, model size, train length ``L``, steps, batch, eval lengths
+(multiples of ``L``), the trained-in schemes, the inference-time methods applied to the RoPE model (and
+Su's hierarchical extension of the learned table), a passkey grid, the eval window cap and optional
+fine-tune rows (PI / RoPE-base change continued from the RoPE checkpoint at ``2L``).
+
+:func:`run_bench` trains each scheme into ``runs_dir/<scheme>`` (a finished checkpoint is reused, so a
+second run only evaluates), evaluates every model at every length on the test split
+(:func:`posenc.evaluate.evaluate_model`), writes ``results.json`` = ``{"meta": {...}, "records": [...]}``
+and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.report`), and prints the Markdown
+table. The protocol is the one of ALiBi (arXiv:2108.12409, Table 2: non-overlapping windows, every
+position counts) with Su's next-token accuracy next to perplexity (ReRoPE post, kexue.fm/archives/9708).
+
+CLI: ``posenc bench --preset quick --out DIR [--corpus NAME] [--device cpu] [--runs-dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from posenc.report import REQUIRED_KEYS, markdown_tables, shape_checks, write_report
+
+__all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "add_parser"]
+
+ROPE_METHODS = ("pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_ntk_qwen", "yarn", "dynamic_yarn", "rerope",
+                "leaky_rerope", "selfextend", "logn", "rerope+logn", "ntk_mixed+logn", "lm_infinite",
+                "streaming_llm", "sliding_window", "bca")
+ALL_TRAINED = ("nope", "sinusoidal", "learned", "floater", "complex_order", "shaw", "transformer_xl", "t5",
+               "deberta", "rope", "xpos", "alibi", "kerple_power", "kerple_log", "sandwich", "infini")
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """A short fine-tune continued from the ``base`` scheme's checkpoint under ``base.extend(method,
+    **params)``, at ``len_factor * L`` (Chen et al. arXiv:2306.15595 for PI; Liu et al. arXiv:2310.05209
+    for a changed RoPE base). ``name`` labels its row."""
+
+    name: str
+    method: str
+    params: dict = field(default_factory=dict)
+    steps: int = 100
+    len_factor: int = 2
+    base: str = "rope"
+
+
+@dataclass(frozen=True)
+class BenchPreset:
+    """Everything one bench run depends on (see the module docstring)."""
+
+    name: str
+    description: str
+    corpus: str = "gutenberg"
+    tokenizer: str = "byte"
+    dim: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    train_len: int = 128
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 3e-3
+    eval_factors: tuple[int, ...] = (1, 2, 4, 8)
+    schemes: tuple[str, ...] = ("sinusoidal", "learned", "rope", "alibi")
+    rope_methods: tuple[str, ...] = ROPE_METHODS
+    learned_methods: tuple[str, ...] = ("hierarchical",)
+    passkey_factors: tuple[int, ...] = (1, 2, 4)
+    passkey_depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+    passkey_trials: int = 1
+    max_windows: int | None = 8
+    eval_batch_size: int = 4
+    eval_mode: str = "nonoverlap"
+    finetunes: tuple[FineTune, ...] = ()
+    seed: int = 0
+    warmup: int = 50
+    val_batches: int = 4
+    threads: int | None = 1  # torch intra-op threads; tiny models are op-overhead bound and a shared CPU
+    #                          thrashes with more (measured: 0.05 s/step at 1 thread vs 0.9-2.3 s at 2, load 9)
+
+    def __post_init__(self):
+        extra = sorted(set(self.passkey_factors) - set(self.eval_factors))
+        if extra:
+            raise ValueError(f"passkey_factors {extra} must be among eval_factors {self.eval_factors}")
+
+    @property
+    def eval_lengths(self) -> list[int]:
+        return [f * self.train_len for f in self.eval_factors]
+
+    @property
+    def passkey_lengths(self) -> list[int]:
+        return [f * self.train_len for f in self.passkey_factors]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, BenchPreset] = {
+    "quick": BenchPreset(
+        "quick", "4 trained schemes + 17 training-free methods on RoPE, L=64 to 8L, <= 15 min on 2 CPU cores",
+        dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
+        passkey_factors=(2, 4, 8), passkey_depths=(0.1, 0.5, 0.9), passkey_trials=1, max_windows=24),
+    "standard": BenchPreset(
+        "standard", "every trained-in scheme to 16L + PI / base-500 fine-tunes, ~1 h on 2 CPU cores",
+        dim=128, n_layers=4, n_heads=4, train_len=128, steps=1000, batch_size=16, lr=2e-3,
+        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, passkey_factors=(2, 4, 8, 16),
+        passkey_trials=2, max_windows=16,
+        finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=150),
+                   FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=150))),
+    "full": BenchPreset(
+        "full", "GPU-sized: every scheme, dim 512, 8 layers, L=512, to 16L",
+        dim=512, n_layers=8, n_heads=8, train_len=512, steps=20000, batch_size=32, lr=6e-4,
+        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, passkey_factors=(1, 2, 4, 8, 16),
+        passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0), passkey_trials=5, max_windows=64, eval_batch_size=8,
+        threads=None,
+        finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=1000),
+                   FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=1000))),
+}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+class _Log:
+    """One line per stage with the elapsed wall time since the bench started."""
+
+    def __init__(self, enabled: bool):
+        self.t0 = time.perf_counter()
+        self.enabled = enabled
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(f"[bench {self.elapsed():7.1f}s] {msg}", flush=True)
+
+
+def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, *, steps=None, train_len=None,
+                  init=None, scheme_params=None):
+    """The ``posenc.train.TrainConfig`` of one model (``scheme`` a preset name; with ``init`` a method name
+    applied to that checkpoint's scheme)."""
+    from posenc.train import TrainConfig
+
+    steps = steps or preset.steps
+    return TrainConfig(out_dir=str(run_dir), corpus=str(preset.corpus), tokenizer=preset.tokenizer, scheme=scheme,
+                       scheme_params=dict(scheme_params or {}), dim=preset.dim, n_layers=preset.n_layers,
+                       n_heads=preset.n_heads, train_len=train_len or preset.train_len,
+                       batch_size=preset.batch_size, steps=steps, lr=preset.lr, min_lr=min(preset.lr, 1e-4),
+                       warmup=min(preset.warmup, steps // 5), seed=preset.seed, init=init, device=device,
+                       save_every=0, eval_batches=preset.val_batches)
+
+
+def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> dict:
+    from posenc.train import train
+
+    summary = train(_train_config(preset, scheme, run_dir, device, **kw), progress=progress)
+    return dict(summary or {})
+
+
+def _finished(run_dir: Path) -> bool:
+    """A committed checkpoint whose train_state says finished."""
+    from posenc.checkpoint import STATE_JSON, has_checkpoint
+
+    if not has_checkpoint(run_dir):
+        return False
+    try:
+        state = json.loads((run_dir / STATE_JSON).read_text()).get("train_state", {})
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(state.get("finished", False))
+
+
+def _evaluate(model, tokens, preset: BenchPreset, methods, log) -> list[dict]:
+    """``evaluate_model`` one length at a time (one progress line each; no record is computed twice)."""
+    from posenc.evaluate import evaluate_model
+
+    records = []
+    for n in preset.eval_lengths:
+        t = time.perf_counter()
+        records += evaluate_model(model, tokens, [n], [m for m in methods if m != "none"], mode=preset.eval_mode,
+                                  max_windows=preset.max_windows, batch_size=preset.eval_batch_size,
+                                  passkey=False, progress=False)
+        log(f"  eval_len {n}: {len(methods)} method(s) in {time.perf_counter() - t:.1f}s")
+    return records
+
+
+def _passkey(model, preset: BenchPreset, methods, tokenizer) -> dict[tuple[str, int], list[dict]]:
+    """Passkey grid (``passkey_lengths`` x ``passkey_depths`` x ``passkey_trials``) of every method on
+    ``model``: ``{(method, length): [cells]}``. Prompts without the instruction sentence
+    (``posenc.tasks.passkey_grid(instruction=None)``) so that they fit a few ``L``; the last answer digit
+    is never an input, so the model sees ``length + digits - 1`` tokens, and the prompt is cut by that."""
+    from posenc.evaluate import _variant
+    from posenc.tasks import passkey_grid, run_passkey
+
+    digits = 5
+    out: dict[tuple[str, int], list[dict]] = {}
+    for length in preset.passkey_lengths:
+        try:
+            prompts = passkey_grid([length - (digits - 1)], preset.passkey_depths, preset.passkey_trials,
+                                   tokenizer, preset.seed, digits=digits, instruction=None)
+        except ValueError:
+            continue  # too short for a prompt
+        for method in methods:
+            try:
+                m, _ = _variant(model, method, length)
+            except ValueError:
+                continue
+            if m.scheme.max_positions is not None and length > m.scheme.max_positions:
+                continue
+            m.eval()
+            cells = run_passkey(lambda x, m=m: m(x, impl="auto"), prompts)["cells"]
+            out[(method, length)] = [{"length": length, "depth": c["depth"], "accuracy": c["accuracy"],
+                                      "digit_accuracy": c["digit_accuracy"], "n": c["n"]} for c in cells]
+    return out
+
+
+def _machine(device: str) -> dict:
+    import torch
+
+    return {"cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "device": device, "threads": torch.get_num_threads(),
+            "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def _clean(records) -> list[dict]:
+    out = []
+    for r in records:
+        r = dict(r)
+        for k in REQUIRED_KEYS:
+            r.setdefault(k, None)
+        out.append(r)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ run
+def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corpus: str | None = None,
+              device: str = "cpu", runs_dir=None, threads: int | None = None) -> dict:
+    """Train (or reuse) every scheme of ``preset``, evaluate, and write results + report into ``out_dir``.
+
+    Checkpoints go to ``runs_dir`` (default ``out_dir/runs``) as ``<scheme>/`` folders; a finished one is
+    reused. ``threads`` (default: the preset's) sets ``torch.set_num_threads`` for the run and is restored
+    after. Returns the results dict (also in ``out_dir/results.json``) with ``meta`` (preset, corpus,
+    machine, timings in seconds, config) and ``records`` (see :mod:`posenc.report`)."""
+    import torch
+
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+        preset = PRESETS[preset]
+    if corpus is not None:
+        preset = replace(preset, corpus=corpus)
+    threads = threads if threads is not None else preset.threads
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _run(preset, Path(out_dir), progress, device, runs_dir)
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir) -> dict:
+    from posenc.checkpoint import load_model
+    from posenc.data import prepare
+
+    runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = _Log(progress)
+    timings: dict[str, float] = {}
+    machine = _machine(device)
+    log(f"preset {preset.name}: {preset.description}; corpus {preset.corpus}; L={preset.train_len}; "
+        f"eval {preset.eval_lengths}; {machine['cpu_count']} CPUs, torch {machine['torch']}")
+
+    t = time.perf_counter()
+    data = prepare(preset.corpus, preset.tokenizer)
+    timings["prepare"] = time.perf_counter() - t
+    log(f"data ready ({len(data.train)} train / {len(data.test)} test tokens, "
+        f"{'cached' if data.from_cache else 'built'})")
+
+    run_dirs: dict[str, Path] = {}
+    for scheme in preset.schemes:
+        run_dir = runs_dir / scheme
+        t = time.perf_counter()
+        if _finished(run_dir):
+            log(f"train {scheme}: reusing {run_dir}")
+        else:
+            log(f"train {scheme}: {preset.steps} steps x {preset.batch_size} x {preset.train_len}")
+            _train(preset, scheme, run_dir, device, progress)
+        timings[f"train/{scheme}"] = time.perf_counter() - t
+        run_dirs[scheme] = run_dir
+        log(f"train {scheme}: done in {timings[f'train/{scheme}']:.1f}s")
+
+    ft_dirs: dict[str, Path] = {}
+    for ft in preset.finetunes:
+        if ft.base not in run_dirs:
+            log(f"fine-tune {ft.name}: skipped, base scheme {ft.base!r} not trained in this preset")
+            continue
+        run_dir = runs_dir / ft.name
+        t = time.perf_counter()
+        if _finished(run_dir):
+            log(f"fine-tune {ft.name}: reusing {run_dir}")
+        else:
+            ft_len = ft.len_factor * preset.train_len
+            log(f"fine-tune {ft.name}: {ft.method} {ft.params} from {run_dirs[ft.base]}, {ft.steps} steps at "
+                f"{ft_len}")
+            _train(preset, ft.method, run_dir, device, progress, steps=ft.steps, train_len=ft_len,
+                   init=str(run_dirs[ft.base]), scheme_params=ft.params)
+        timings[f"finetune/{ft.name}"] = time.perf_counter() - t
+        ft_dirs[ft.name] = run_dir
+
+    records: list[dict] = []
+    tokens = data.test
+    models = [(scheme, run_dir, ["none"] + list(preset.rope_methods if scheme == "rope" else ())
+               + list(preset.learned_methods if scheme == "learned" else ())) for scheme, run_dir in run_dirs.items()]
+    models += [(name, run_dir, ["none"]) for name, run_dir in ft_dirs.items()]
+    for name, run_dir, methods in models:
+        t = time.perf_counter()
+        log(f"eval {name}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
+        model = load_model(run_dir, device=device)
+        recs = _evaluate(model, tokens, preset, methods, log)
+        timings[f"eval/{name}"] = time.perf_counter() - t
+        t = time.perf_counter()
+        pk = _passkey(model, preset, methods, data.tokenizer) if preset.passkey_lengths else {}
+        timings[f"passkey/{name}"] = time.perf_counter() - t
+        for r in recs:
+            r["scheme"] = name
+            if name in ft_dirs:
+                r["note"] = "; ".join(x for x in (r.get("note"), "fine-tuned from the rope checkpoint") if x)
+            cells = pk.get((r["method"], r["eval_len"]))
+            r["passkey"] = {"accuracy": sum(c["accuracy"] for c in cells) / len(cells), "cells": cells} if cells \
+                else None
+        records += recs
+        log(f"eval {name}: done in {timings[f'eval/{name}']:.1f}s (+ passkey {timings[f'passkey/{name}']:.1f}s)")
+
+    timings["total"] = log.elapsed()
+    machine["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    results = {"meta": {"preset": preset.name, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
+                        "machine": machine, "timings": {k: round(v, 2) for k, v in timings.items()},
+                        "config": preset.to_dict(), "runs_dir": str(runs_dir),
+                        "eval_split": "test", "eval_tokens": int(len(tokens)),
+                        "passkey": "tasks.passkey_grid without the instruction sentence, teacher-forced exact match"},
+               "records": _clean(records)}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    paths = write_report(results, out_dir)
+    log(f"wrote {out_dir / 'results.json'}, {paths['markdown'].name}, {paths['html'].name}")
+    if progress:
+        print(markdown_tables(results["records"]))
+        print()
+        print("\n".join(shape_checks(results["records"])))
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help="train short, test long: every scheme and method under one protocol")
+    p.add_argument("--preset", default="quick", choices=sorted(PRESETS))
+    p.add_argument("--out", required=True, help="folder for results.json, report.md/html and PNGs")
+    p.add_argument("--runs-dir", default=None, help="checkpoint folder (default OUT/runs)")
+    p.add_argument("--corpus", default=None, help="corpus name or path (default: the preset's)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the preset's)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cli)
+    return p
+
+
+def _cli(args: argparse.Namespace) -> int:
+    run_bench(args.preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
+              runs_dir=args.runs_dir, threads=args.threads)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from posenc.cli import main
+
+    sys.exit(main(["bench", *sys.argv[1:]]))

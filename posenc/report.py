@@ -1,0 +1,443 @@
+"""Reports of a length-extrapolation bench: Markdown/HTML tables, plots and the expected-shape checks.
+
+Input is the ``records`` list of ``results.json`` (written by :func:`posenc.bench.run_bench`); one record
+per (trained scheme, inference-time method, eval length) with keys ``scheme``, ``method``, ``train_len``,
+``eval_len``, ``ppl``, ``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``. A record's
+``method`` is ``None``/``"none"`` for the model as trained; otherwise the training-free method applied to
+the trained weights (e.g. ``yarn`` on the RoPE model, ``hierarchical`` on the learned model).
+
+- :func:`markdown_tables`: rows = scheme/method, columns = eval lengths, cells ``ppl / acc%``; a second
+  table with the ratio PPL(8L)/PPL(L) (the train-short / test-long degradation of ALiBi, arXiv:2108.12409,
+  Table 2) and passkey retrieval accuracy (Landmark Attention's task, arXiv:2305.16300).
+- :func:`shape_checks`: the shapes the literature predicts, as PASS/FAIL lines (a FAIL stays a FAIL).
+- :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey`: matplotlib (Agg, no pyplot state).
+- :func:`write_report`: ``report.md``, self-contained ``report.html`` (PNGs embedded as base64) and PNGs.
+
+CLI-free on purpose (``posenc bench`` calls it); ``python -m posenc.report RESULTS.json`` re-renders.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
+           "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]
+
+REQUIRED_KEYS = ("scheme", "method", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens", "passkey",
+                 "status", "note")
+_NO_METHOD = (None, "", "none", "default")
+
+# thresholds of the expected shapes (issue "The extrapolation lab")
+DEGRADE_MIN = 2.0   # sinusoidal and plain RoPE: PPL(8L) >= 2 x PPL(L)
+ALIBI_MAX = 1.2     # ALiBi holds: PPL(8L) <= 1.2 x PPL(L)
+EXTEND_MAX = 1.5    # at least one training-free RoPE extension: PPL(8L) <= 1.5 x PPL(L)
+TARGET_FACTOR = 8
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def is_trained(rec: dict) -> bool:
+    """True for the model as trained (no inference-time method)."""
+    return rec.get("method") in _NO_METHOD
+
+
+def row_label(scheme: str, method) -> str:
+    """``scheme`` for a trained model, ``scheme+method`` for a method applied to it."""
+    return scheme if method in _NO_METHOD else f"{scheme}+{method}"
+
+
+def _ok(rec: dict) -> bool:
+    ppl = rec.get("ppl")
+    return rec.get("status", "ok") == "ok" and isinstance(ppl, (int, float)) and math.isfinite(ppl)
+
+
+def rows(records: Sequence[dict]) -> dict[tuple[str, str | None], dict[int, dict]]:
+    """``{(scheme, method): {eval_len: record}}`` in first-seen order (trained rows before method rows of
+    the same scheme as the bench writes them)."""
+    out: dict[tuple[str, str | None], dict[int, dict]] = {}
+    for r in records:
+        method = None if r.get("method") in _NO_METHOD else r["method"]
+        out.setdefault((r["scheme"], method), {})[int(r["eval_len"])] = r
+    return out
+
+
+def _lengths(records: Sequence[dict]) -> list[int]:
+    return sorted({int(r["eval_len"]) for r in records})
+
+
+def _train_len(cells: dict[int, dict]) -> int | None:
+    for r in cells.values():
+        if r.get("train_len"):
+            return int(r["train_len"])
+    return None
+
+
+def ratio(cells: dict[int, dict], factor: int = TARGET_FACTOR) -> float | None:
+    """PPL(factor * L) / PPL(L) of one row, or None when either cell is missing or failed."""
+    L = _train_len(cells)
+    if L is None:
+        return None
+    a, b = cells.get(L), cells.get(factor * L)
+    if a is None or b is None or not (_ok(a) and _ok(b)):
+        return None
+    return float(b["ppl"]) / float(a["ppl"])
+
+
+def passkey_cells(rec_or_value) -> list[dict]:
+    """Normalise a record's ``passkey`` field to a list of ``{length, depth, accuracy}`` cells.
+
+    Accepts None, a number (mean accuracy; depth unknown -> NaN), a list of cells, or a dict with
+    ``cells`` (the output of :func:`posenc.tasks.run_passkey`) or ``accuracy``."""
+    p = rec_or_value.get("passkey") if isinstance(rec_or_value, dict) and "scheme" in rec_or_value else rec_or_value
+    length = rec_or_value.get("eval_len") if isinstance(rec_or_value, dict) and "scheme" in rec_or_value else None
+    if p is None:
+        return []
+    if isinstance(p, (int, float)):
+        return [{"length": length, "depth": float("nan"), "accuracy": float(p)}]
+    if isinstance(p, dict):
+        if "cells" in p:
+            return [dict(c) for c in p["cells"]]
+        if "accuracy" in p:
+            return [{"length": p.get("length", length), "depth": p.get("depth", float("nan")),
+                     "accuracy": float(p["accuracy"])}]
+        return []
+    return [dict(c) for c in p if isinstance(c, dict) and "accuracy" in c]
+
+
+def _row_passkey(cells: dict[int, dict]) -> list[dict]:
+    out, seen = [], set()
+    for r in cells.values():
+        for c in passkey_cells(r):
+            key = (c.get("length"), c.get("depth"))
+            if key not in seen:
+                seen.add(key)
+                out.append(c)
+    return out
+
+
+def _fmt_ppl(x) -> str:
+    if x is None or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "-"
+    return f"{x:.3g}" if x < 1000 else f"{x:.3e}"
+
+
+def _fmt_cell(r: dict | None) -> str:
+    if r is None:
+        return ""
+    if not _ok(r):
+        return r.get("status") or "n/a"
+    acc = r.get("accuracy")
+    acc_s = f"{100 * acc:.1f}%" if isinstance(acc, (int, float)) and math.isfinite(acc) else "-"
+    return f"{_fmt_ppl(r['ppl'])} / {acc_s}"
+
+
+# ------------------------------------------------------------------------------------------ tables
+def markdown_tables(records: Sequence[dict]) -> str:
+    """Two Markdown tables: ``ppl / accuracy`` per eval length, then PPL(8L)/PPL(L) and passkey."""
+    lengths = _lengths(records)
+    table = rows(records)
+    Ls = {_train_len(c) for c in table.values()} - {None}
+    L = Ls.pop() if len(Ls) == 1 else None
+
+    def head(n: int) -> str:
+        if L and n % L == 0:
+            return f"{n} ({n // L}L)"
+        return str(n)
+
+    out = ["| scheme / method | " + " | ".join(head(n) for n in lengths) + " |",
+           "|---|" + "---:|" * len(lengths)]
+    for (scheme, method), cells in table.items():
+        out.append(f"| {row_label(scheme, method)} | " + " | ".join(_fmt_cell(cells.get(n)) for n in lengths)
+                   + " |")
+    out += ["", "Cells: perplexity / next-token top-1 accuracy.", ""]
+    out += [f"| scheme / method | PPL({TARGET_FACTOR}L)/PPL(L) | passkey exact match (digit accuracy) | notes |",
+            "|---|---:|---:|---|"]
+    for (scheme, method), cells in table.items():
+        r = ratio(cells)
+        pk = _row_passkey(cells)
+        pk_s = "-"
+        if pk:
+            pk_s = f"{100 * sum(c['accuracy'] for c in pk) / len(pk):.0f}% ({len(pk)} cells)"
+            digits = [c["digit_accuracy"] for c in pk if isinstance(c.get("digit_accuracy"), (int, float))]
+            if digits:
+                pk_s += f", digits {100 * sum(digits) / len(digits):.0f}%"
+        notes = sorted({str(c.get("note")) for c in cells.values() if c.get("note")})
+        if notes:
+            first = notes[0] if len(notes[0]) <= 100 else notes[0][:99] + "…"
+            notes = first + (f" (+{len(notes) - 1} similar)" if len(notes) > 1 else "")
+        else:
+            notes = ""
+        out.append(f"| {row_label(scheme, method)} | {'-' if r is None else f'{r:.2f}'} | {pk_s} | "
+                   f"{notes.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+def shape_checks(records: Sequence[dict]) -> list[str]:
+    """The issue's expected shapes, one ``PASS``/``FAIL``/``SKIP`` line each (SKIP: data missing).
+
+    1. sinusoidal degrades beyond L: PPL(8L) >= 2 x PPL(L);
+    2. plain RoPE degrades beyond L: PPL(8L) >= 2 x PPL(L);
+    3. ALiBi holds: PPL(8L) <= 1.2 x PPL(L);
+    4. at least one training-free extension on the RoPE model holds: PPL(8L) <= 1.5 x PPL(L).
+    """
+    table = rows(records)
+    lines = []
+
+    def trained(name: str, test, want: str, title: str) -> None:
+        cells = table.get((name, None))
+        r = ratio(cells) if cells else None
+        if r is None:
+            lines.append(f"SKIP: {title}: no {name} PPL at L and {TARGET_FACTOR}L")
+        else:
+            lines.append(f"{'PASS' if test(r) else 'FAIL'}: {title}: PPL({TARGET_FACTOR}L)/PPL(L) = {r:.2f} "
+                         f"(expected {want})")
+
+    trained("sinusoidal", lambda r: r >= DEGRADE_MIN, f">= {DEGRADE_MIN:g}", "sinusoidal degrades beyond L")
+    trained("rope", lambda r: r >= DEGRADE_MIN, f">= {DEGRADE_MIN:g}", "plain RoPE degrades beyond L")
+    trained("alibi", lambda r: r <= ALIBI_MAX, f"<= {ALIBI_MAX:g}", "ALiBi holds")
+    ext = {m: ratio(c) for (s, m), c in table.items() if s == "rope" and m is not None}
+    ext = {m: r for m, r in ext.items() if r is not None}
+    if not ext:
+        lines.append(f"SKIP: a training-free RoPE extension holds: no method rows at L and {TARGET_FACTOR}L")
+    else:
+        best = sorted(ext.items(), key=lambda kv: kv[1])
+        held = [f"{m} {r:.2f}" for m, r in best if r <= EXTEND_MAX]
+        shown = ", ".join(held) if held else ", ".join(f"{m} {r:.2f}" for m, r in best[:3])
+        lines.append(f"{'PASS' if held else 'FAIL'}: a training-free RoPE extension holds "
+                     f"(PPL({TARGET_FACTOR}L)/PPL(L) <= {EXTEND_MAX:g}): "
+                     f"{'held: ' if held else 'none held; best: '}{shown}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ plots
+def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
+    from matplotlib.figure import Figure  # Agg canvas, no global pyplot state
+
+    fig = Figure(figsize=(width * ncols, height), layout="constrained")
+    axes = fig.subplots(1, ncols)
+    return fig, axes
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _style(i: int, trained: bool) -> dict:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if trained else "tab20"]
+    return {"color": cmap(i % cmap.N), "linestyle": "-" if trained else "--",
+            "marker": "o" if trained else ".", "linewidth": 2.0 if trained else 1.2}
+
+
+def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bool) -> Path:
+    fig, ax = _figure(width=9.0, height=5.5)
+    table = rows(records)
+    n_tr = n_m = 0
+    Ls = set()
+    for (scheme, method), cells in table.items():
+        pts = sorted((n, float(r[key])) for n, r in cells.items() if _ok(r) and isinstance(r.get(key), (int, float)))
+        if not pts:
+            continue
+        Ls.add(_train_len(cells))
+        trained = method is None
+        style = _style(n_tr if trained else n_m, trained)
+        n_tr, n_m = n_tr + trained, n_m + (not trained)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=row_label(scheme, method), **style)
+    for L in Ls - {None}:
+        ax.axvline(L, color="gray", linewidth=0.8, linestyle=":")
+    from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    lengths = _lengths(records)
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    if log_y:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("evaluation length (tokens; dotted: train length L)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    if n_tr + n_m:
+        ax.legend(fontsize=7, ncol=2 if n_tr + n_m > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(f"{ylabel} vs length (solid: trained schemes; dashed: methods on a trained model)", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_ppl(records: Sequence[dict], path) -> Path:
+    """Perplexity vs eval length on log-log axes; one line per scheme/method."""
+    return _plot_metric(records, path, "ppl", "perplexity", log_y=True)
+
+
+def plot_accuracy(records: Sequence[dict], path) -> Path:
+    """Next-token top-1 accuracy vs eval length (log x)."""
+    return _plot_metric(records, path, "accuracy", "next-token accuracy", log_y=False)
+
+
+def plot_passkey(records: Sequence[dict], path) -> Path | None:
+    """One heatmap (length x depth, colour = exact-match accuracy, text also digit accuracy ``d``) per
+    scheme/method that has passkey cells.
+    Returns None (and writes nothing) when no record has passkey results."""
+    import numpy as np
+
+    panels = [(row_label(s, m), _row_passkey(c)) for (s, m), c in rows(records).items()]
+    panels = [(name, cells) for name, cells in panels if cells]
+    if not panels:
+        return None
+    ncols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.2 * ncols, 2.6 * nrows + 0.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    im = None
+    for ax, (name, cells) in zip(axes, panels):
+        lengths = sorted({c["length"] for c in cells if c.get("length") is not None})
+        depths = sorted({float(c["depth"]) for c in cells}, key=lambda d: (math.isnan(d), d))
+        grid = np.full((len(depths), max(1, len(lengths))), np.nan)
+        digit = np.full_like(grid, np.nan)
+        for c in cells:
+            if c.get("length") is None:
+                continue
+            d = float(c["depth"])
+            i = next(k for k, v in enumerate(depths) if v == d or (math.isnan(v) and math.isnan(d)))
+            grid[i, lengths.index(c["length"])] = c["accuracy"]
+            if isinstance(c.get("digit_accuracy"), (int, float)):
+                digit[i, lengths.index(c["length"])] = c["digit_accuracy"]
+        im = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), ["?" if math.isnan(d) else f"{d:.2f}" for d in depths], fontsize=7)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("length", fontsize=7)
+        ax.set_ylabel("depth", fontsize=7)
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                label = f"{v:.0%}" if np.isnan(digit[i, j]) else f"{v:.0%}\nd {digit[i, j]:.0%}"
+                ax.text(j, i, label, ha="center", va="center", fontsize=6,
+                        color="white" if v < 0.5 else "black")
+    for ax in axes[len(panels):]:
+        ax.set_axis_off()
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[:len(panels)]), shrink=0.8, label="passkey exact-match accuracy")
+    return _save(fig, path)
+
+
+# ------------------------------------------------------------------------------------------ documents
+def _meta_lines(meta: dict) -> list[str]:
+    lines = []
+    for key in ("preset", "corpus", "machine", "timings"):
+        if key in meta:
+            lines.append(f"- **{key}**: `{json.dumps(meta[key], default=str)}`")
+    return lines
+
+
+def render_markdown(results: dict, images: Sequence[str] = ()) -> str:
+    """``report.md``: meta, the two tables, the shape checks, links to the PNGs."""
+    meta, records = results.get("meta", {}), results.get("records", [])
+    out = [f"# posenc bench: {meta.get('preset', '?')}", ""]
+    out += _meta_lines(meta)
+    out += ["", "## Perplexity / accuracy vs evaluation length", "", markdown_tables(records), "",
+            "## Expected shapes", ""]
+    out += [f"- {line}" for line in shape_checks(records)]
+    if images:
+        out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in images]
+    return "\n".join(out) + "\n"
+
+
+def _md_table_to_html(md: str) -> str:
+    out, in_table = [], False
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= set("-:") for c in cells):
+                continue
+            tag = "th" if not in_table else "td"
+            if not in_table:
+                out.append("<table>")
+                in_table = True
+            out.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
+        else:
+            if in_table:
+                out.append("</table>")
+                in_table = False
+            if line.strip():
+                out.append(f"<p>{html.escape(line)}</p>")
+    if in_table:
+        out.append("</table>")
+    return "\n".join(out)
+
+
+def render_html(results: dict, images: Sequence[str | Path] = ()) -> str:
+    """Self-contained ``report.html``: tables, shape checks, PNGs embedded as base64 data URIs."""
+    meta, records = results.get("meta", {}), results.get("records", [])
+    checks = "".join(f"<li class='{line.split(':')[0].lower()}'>{html.escape(line)}</li>"
+                     for line in shape_checks(records))
+    imgs = []
+    for p in images:
+        data = base64.b64encode(Path(p).read_bytes()).decode()
+        imgs.append(f"<h3>{html.escape(Path(p).stem)}</h3><img alt='{html.escape(Path(p).stem)}' "
+                    f"src='data:image/png;base64,{data}'>")
+    meta_html = "".join(f"<li><b>{html.escape(k)}</b>: <code>{html.escape(json.dumps(meta[k], default=str))}"
+                        f"</code></li>" for k in ("preset", "corpus", "machine", "timings") if k in meta)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>posenc bench {html.escape(str(meta.get('preset', '')))}</title>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}} table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}} td:first-child{{text-align:left}}
+.pass{{color:#080}} .fail{{color:#b00}} .skip{{color:#888}} img{{max-width:100%}}</style></head>
+<body><h1>posenc bench: {html.escape(str(meta.get('preset', '?')))}</h1><ul>{meta_html}</ul>
+<h2>Perplexity / accuracy vs evaluation length</h2>
+{_md_table_to_html(markdown_tables(records))}
+<h2>Expected shapes</h2><ul>{checks}</ul>
+<h2>Plots</h2>{''.join(imgs)}
+</body></html>
+"""
+
+
+def write_report(results: dict, out_dir) -> dict[str, Path]:
+    """Write ``ppl_vs_length.png``, ``accuracy_vs_length.png``, ``passkey.png`` (when there is passkey
+    data), ``report.md`` and ``report.html`` into ``out_dir``. Returns name -> path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = results.get("records", [])
+    paths: dict[str, Path] = {}
+    paths["ppl_plot"] = plot_ppl(records, out_dir / "ppl_vs_length.png")
+    paths["accuracy_plot"] = plot_accuracy(records, out_dir / "accuracy_vs_length.png")
+    pk = plot_passkey(records, out_dir / "passkey.png")
+    if pk is not None:
+        paths["passkey_plot"] = pk
+    images = [p for k, p in paths.items() if k.endswith("_plot")]
+    paths["markdown"] = out_dir / "report.md"
+    paths["markdown"].write_text(render_markdown(results, images))
+    paths["html"] = out_dir / "report.html"
+    paths["html"].write_text(render_html(results, images))
+    return paths
+
+
+def main(argv=None) -> int:
+    """``python -m posenc.report RESULTS.json [OUT_DIR]``: re-render a bench's report."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m posenc.report RESULTS.json [OUT_DIR]", file=sys.stderr)
+        return 2
+    src = Path(argv[0])
+    results = json.loads(src.read_text())
+    paths = write_report(results, argv[1] if len(argv) > 1 else src.parent)
+    print(markdown_tables(results.get("records", [])))
+    print("\n".join(shape_checks(results.get("records", []))))
+    print(f"wrote {paths['markdown']} and {paths['html']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
