@@ -193,7 +193,7 @@ def _passkey(model, preset: BenchPreset, methods, tokenizer) -> dict[tuple[str, 
     ``model``: ``{(method, length): [cells]}``. Prompts without the instruction sentence
     (``posenc.tasks.passkey_grid(instruction=None)``) so that they fit a few ``L``; the last answer digit
     is never an input, so the model sees ``length + digits - 1`` tokens, and the prompt is cut by that."""
-    from posenc.evaluate import _variant
+    from posenc.evaluate import model_variant
     from posenc.tasks import passkey_grid, run_passkey
 
     digits = 5
@@ -206,7 +206,7 @@ def _passkey(model, preset: BenchPreset, methods, tokenizer) -> dict[tuple[str, 
             continue  # too short for a prompt
         for method in methods:
             try:
-                m, _ = _variant(model, method, length)
+                m, _ = model_variant(model, method, length)
             except ValueError:
                 continue
             if m.scheme.max_positions is not None and length > m.scheme.max_positions:

@@ -103,7 +103,7 @@ def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int |
     return {}
 
 
-def _variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
+def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
     """``model`` under ``method`` (``ValueError`` when the method does not apply)."""
     if method == "none":
         return model, {}
@@ -156,7 +156,7 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
                    "passkey": None, "status": "ok", "note": ""}
             records.append(rec)
             try:
-                m, rec["params"] = _variant(model, method, eval_len)
+                m, rec["params"] = model_variant(model, method, eval_len)
                 limit = m.scheme.max_positions
                 if limit is not None and eval_len > limit:
                     hint = (" (requested as method 'hierarchical')" if "hierarchical" in methods
@@ -237,6 +237,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="also write results.json, report.md, report.html and plots (as posenc bench does)")
     from posenc.hf_eval import add_hf_eval_args
 
     add_hf_eval_args(p)  # --hf-model, --text, --param, --factor, --window, --passkey-trials, ...
@@ -275,6 +277,16 @@ def _cli(args: argparse.Namespace) -> int:
                                       batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
                                       device=args.device)
     print(format_table(records))
+    if args.report:
+        from posenc.report import write_report
+
+        results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
+                            "lengths": args.lengths, "methods": args.methods}, "records": records}
+        out = Path(args.report)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        paths = write_report(results, out)
+        print(f"report: {paths['html']}")
     if args.json:
         from posenc.data import _atomic_write_bytes
 

@@ -130,9 +130,6 @@ def test_train_then_evaluate_checkpoint_and_cli(tmp_path, monkeypatch, capsys):
     assert [(r["eval_len"], r["method"]) for r in saved] == [(32, "none"), (32, "pi"), (64, "none"), (64, "pi")]
 
 
-def test_hf_model_flag_errors_cleanly_until_implemented(monkeypatch, capsys):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "posenc.hf", None)  # as if posenc.hf (evaluate_hf) were missing
-    assert cli_main(["eval", "--hf-model", "gpt2"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+def test_hf_model_without_text_errors_cleanly(capsys):
+    assert cli_main(["eval", "--hf-model", "some/dir"]) == 2
+    assert "--text FILE or --corpus NAME" in capsys.readouterr().err

@@ -228,8 +228,10 @@ def test_cli_extend_and_hf_eval(tmp_path, capsys):
     out_json = tmp_path / "hf.json"
     assert main(["eval", "--hf-model", str(tmp_path / "base"), "--text", str(tmp_path / "t.txt"),
                  "--lengths", "16", "32", "--methods", "none", "dynamic_ntk", "rerope", "--factor", "2",
-                 "--max-windows", "1", "--json", str(out_json)]) == 0
+                 "--max-windows", "1", "--json", str(out_json), "--report", str(tmp_path / "rep")]) == 0
     assert "dynamic_ntk" in capsys.readouterr().out  # the lab's table
+    for name in ("results.json", "report.md", "report.html", "ppl_vs_length.png"):  # and the lab's report
+        assert (tmp_path / "rep" / name).stat().st_size > 0
     rows = json.loads(out_json.read_text())
     assert [(r["method"], r["eval_len"]) for r in rows] == [(m, n) for m in ("none", "dynamic_ntk", "rerope")
                                                            for n in (16, 32)]
