@@ -174,6 +174,12 @@ def _expand_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.repeat_interleave(n_heads // x.shape[1], dim=1)  # [B,H,Nk,D]
 
 
+def _softcap(parts, scores):
+    """Gemma 2's attention-logit soft-capping c * tanh(s / c) of the scaled q.k (before biases)."""
+    cap = parts.scheme.softcap
+    return scores if cap is None else torch.tanh(scores / cap) * cap
+
+
 # ====================================================================== reference path
 def _scores_tile(parts, q, k, q_pos, k_pos, freqs, q_scale):
     """Logits [B,H,nq,nk] (pre-mask) for queries q/q_pos against keys k/k_pos, all branches."""
@@ -192,6 +198,7 @@ def _scores_tile(parts, q, k, q_pos, k_pos, freqs, q_scale):
             scores = torch.where(region, s, scores) if region is not None else s
     if scores is None:  # no pair in any region (cannot happen for a partition); keep shapes
         scores = q.new_zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    scores = _softcap(parts, scores)
     if parts.bias is not None:
         scores = scores + parts.bias.score(
             torch.arange(parts.n_heads, device=q.device)[None, :, None, None],
@@ -235,6 +242,7 @@ def _candidate_keys(parts, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | Non
     Nk = k_pos.shape[1]
     bounds = torch.tensor([[lo, hi] for lo, hi in ivs], dtype=k_pos.dtype, device=k_pos.device)  # [I,2]
     vals = bounds.flatten()[None].expand(k_pos.shape[0], -1).contiguous()  # [B, 2I]
+    k_pos = k_pos.contiguous()
     left = torch.searchsorted(k_pos, vals, right=False)[:, 0::2].min(dim=0).values  # [I]
     right = torch.searchsorted(k_pos, vals, right=True)[:, 1::2].max(dim=0).values
     pieces = [torch.arange(int(a), int(b), device=k_pos.device) for a, b in zip(left, right) if b > a]
@@ -255,6 +263,7 @@ def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile
     ~window keys per tile, the far branch the rest; boundary columns are computed by both)."""
     B, H, Nq, D = q.shape
     out = torch.empty(B, H, Nq, v.shape[-1], dtype=v.dtype, device=v.device)
+    k_pos = k_pos.contiguous()  # searched once per tile
     rots = [_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches]
     keys_sorted = _keys_sorted(k_pos)
     heads = torch.arange(parts.n_heads, device=q.device)[None, :, None, None]
@@ -292,6 +301,7 @@ def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile
         if scores is None:
             out[:, :, s:e] = 0
             continue
+        scores = _softcap(parts, scores)
         if parts.bias is not None:
             scores = scores + parts.bias.score(heads, parts.bias_query_pos(qg, kg), kg).to(scores.dtype)
         q_t, qs_t = q[:, :, s:e], q_scale[:, :, s:e]
@@ -303,7 +313,7 @@ def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile
 def sdpa_applicable(parts: AttentionParts) -> bool:
     """One branch and no content-relative terms: rotate once, then fused SDPA with the bias and
     mask as one additive mask (or ``is_causal``). This is the training path at short lengths."""
-    return parts.single_branch and parts.relative is None
+    return parts.single_branch and parts.relative is None and parts.scheme.softcap is None
 
 
 def _sdpa(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
@@ -424,12 +434,19 @@ def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
         kp_masked = torch.where(key_mask, k_pos, torch.full_like(k_pos, -1))
         bm = build_block_mask(lambda qp, kp: parts.allowed(qp, kp) & (kp >= 0), q_pos, kp_masked)
     score_mod = None
+    cap = parts.scheme.softcap
     if parts.bias is not None:
         bias, qp_c, kp_c = parts.bias, q_pos.contiguous(), k_pos.contiguous()
 
         def score_mod(score, b, h, qi, ki):
             qp, kp = qp_c[b, qi], kp_c[b, ki]
+            if cap is not None:
+                score = torch.tanh(score / cap) * cap
             return score + bias.score(h, parts.bias_query_pos(qp, kp), kp).to(score.dtype)
+    elif cap is not None:
+
+        def score_mod(score, b, h, qi, ki):
+            return torch.tanh(score / cap) * cap
 
     # the softmax scale is already folded into q
     out = _compiled_flex()(rot.q.contiguous(), rot.k.contiguous(), v.contiguous(), score_mod=score_mod,

@@ -29,8 +29,8 @@ combinations, and the methods above with ``native=False``). What is replaced in 
    (as ``generate()`` counts ``position_ids``). Queries are the last ``Nq`` keys. So left-padded
    batches, the KV cache and Gemma2/Mistral sliding-window cache layers all get true positions.
 
-Limits of the posenc path: attention-logit soft-capping (Gemma2 ``attn_logit_softcapping``) is not
-supported by the engine (raises); static caches (``cache_implementation="static"``) are not supported
+Gemma 2's attention-logit soft-capping is passed to the engine (``PositionScheme.softcap``).
+Limits of the posenc path: static caches (``cache_implementation="static"``) are not supported
 (their unfilled slots follow the queries); on a layer with its own sliding window (Gemma2, Mistral)
 the tighter of the two windows applies, and attention sinks (streaming_llm, lm_infinite) of a wider
 method window are evicted by HF's sliding cache layer during cached decoding; attention dropout is
@@ -123,8 +123,6 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     if state is None:
         raise ValueError(f"{type(module).__name__} was not prepared by posenc.hf.extend; "
                          f"config._attn_implementation='posenc' needs extend(model, method)")
-    if kwargs.get("softcap") is not None:
-        raise ValueError("attention-logit soft-capping is not supported by the posenc engine")
     B, H, Nq, D = query.shape
     Nk = key.shape[2]
     if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 \
@@ -144,10 +142,15 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     q_pos = k_pos[:, -Nq:]  # queries are the newest keys (self-attention with a growing cache)
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     window = int(window) if window else None
-    cache_key = (H, D, window)
+    softcap = kwargs.get("softcap")
+    cache_key = (H, D, window, softcap)
     parts = state["parts"].get(cache_key)
     if parts is None:
         scheme = state["scheme"]
+        if softcap is not None:  # Gemma 2's attention-logit soft-capping, applied by the engine
+            from dataclasses import replace
+
+            scheme = replace(scheme, softcap=float(softcap))
         if window is not None:  # this layer's own sliding window (Gemma2, Mistral) joins the scheme's mask
             from dataclasses import replace
 
@@ -241,9 +244,6 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     if bad:
         raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
     config = model.config
-    if getattr(config, "attn_logit_softcapping", None) is not None:
-        raise ValueError("attn_logit_softcapping is set (Gemma2); the posenc engine has no soft-capping: set "
-                         "config.attn_logit_softcapping=None or use a method transformers implements")
     scheme = scheme_from_config(config).extend("+".join(names), **params)
     _register()
     attn = _attention_modules(model)

@@ -13,7 +13,7 @@ score bias      ``bias: Part``                         ``posenc.biases.BIASES``
 content-rel.    ``relative: Part``                     ``posenc.relative.RELATIVE``
 mask            ``mask: MaskSpec``                     ``posenc.masks``
 position remap  ``remap: Part``                        ``posenc.remap.REMAPS``
-logit scale     ``logn`` (+ YaRN attention factor)     ``posenc.remap.logn_scale``
+logit scale     ``logn`` (+ YaRN factor), ``softcap``  ``posenc.remap.logn_scale``
 memory          ``memory: Part``                       ``posenc.memory.MEMORIES``
 ==============  =====================================  =========================================
 
@@ -132,10 +132,13 @@ class PositionScheme:
     logn: bool = False
     memory: Part | None = None
     train_len: int | None = None
+    softcap: float | None = None
 
     def __post_init__(self):
         if self.train_len is not None:
             check_positive_int("train_len", self.train_len)
+        if self.softcap is not None:
+            check_finite("softcap", self.softcap, minimum=0.0, strict_min=True)
         if self.remap is not None and self.rope is None and self.bias is None:
             raise ValueError(f"remap {self.remap.kind!r} needs a RoPE or bias part to remap positions for")
         if self.logn and self.train_len is None:

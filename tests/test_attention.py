@@ -435,3 +435,22 @@ def test_bad_input_errors():
         attention(*_qkv(N=8), PositionScheme.preset("t5", train_len=8))
     with pytest.raises(ValueError, match="not used"):
         PositionScheme.preset("rerope", train_len=16, window=4, factor=3)
+
+
+def test_softcap_equals_formula_on_every_path():
+    """PositionScheme.softcap: c * tanh(s / c) of the scaled q.k, before the mask (Gemma 2)."""
+    from dataclasses import replace
+
+    q, k, v = _qkv(N=140)
+    q = q * 4  # large logits, so the cap matters
+    N, D = q.shape[2], q.shape[3]
+    inv = rope_frequencies(D).inv_freq
+    pos = torch.arange(N)
+    s = _hf_rotate(q, pos, inv) @ _hf_rotate(k, pos, inv).transpose(-1, -2) / math.sqrt(D)
+    ref = _softmax_attend(torch.tanh(s / 2.0) * 2.0, v, _causal(N))
+    scheme = replace(PositionScheme.preset("rope", train_len=64), softcap=2.0)
+    for impl in ("reference", "blockwise", "sdpa"):  # sdpa cannot soft-cap: falls back to blockwise
+        assert_close(attention(q, k, v, scheme, impl=impl), ref, rtol=1e-5, atol=1e-6, name=impl)
+    assert not torch.allclose(attention(q, k, v, PositionScheme.preset("rope", train_len=64)), ref, atol=1e-3)
+    with pytest.raises(ValueError, match="softcap"):
+        replace(scheme, softcap=-1.0)
