@@ -74,44 +74,50 @@ def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int |
             for k, v in method_params(m, train_len, eval_len, head_dim=head_dim, base=base).items():
                 out.setdefault(k, v)
         return out
-    ratio = max(1.0, eval_len / train_len)
-    if method in _FACTOR_METHODS:
-        return {"factor": ratio}
-    if method == "rerope":
-        return {"window": max(1, train_len // 2)}
-    if method == "leaky_rerope":
-        w = max(1, train_len // 4)
-        return {"window": w, "factor": _leaky_factor(w, train_len, eval_len)}
-    if method == "selfextend":
-        w = max(1, train_len // 2)
-        return {"window": w, "group": _selfextend_group(w, train_len, eval_len)}
-    if method == "rope_base":
-        if head_dim is None or head_dim <= 2:
-            raise ValueError("method 'rope_base' needs head_dim (> 2) to choose the new base")
-        return {"base": float(base) * ratio ** (head_dim / (head_dim - 2))}
-    if method == "sliding_window":
-        return {"window": train_len}
-    if method == "lm_infinite":
-        return {"window": train_len, "n_global": min(10, train_len // 2), "ceiling": train_len}
-    if method == "streaming_llm":
-        sinks = min(4, train_len // 2)
-        return {"n_sinks": sinks, "window": train_len - sinks}
-    if method == "bca":
-        return {"block": max(1, train_len // 2)}
-    if method == "pcw":
-        return {"window": train_len, "n_windows": max(1, math.ceil(eval_len / train_len))}
-    return {}
+    fn = LENGTH_DEFAULTS.get(method)
+    return {} if fn is None else fn(train_len, eval_len, head_dim, base)
+
+
+def _rope_base_default(L, n, head_dim, base):
+    if head_dim is None or head_dim <= 2:
+        raise ValueError("method 'rope_base' needs head_dim (> 2) to choose the new base")
+    return {"base": float(base) * max(1.0, n / L) ** (head_dim / (head_dim - 2))}
+
+
+def _leaky_default(L, n, head_dim, base):
+    w = max(1, L // 4)
+    return {"window": w, "factor": _leaky_factor(w, L, n)}
+
+
+def _selfextend_default(L, n, head_dim, base):
+    w = max(1, L // 2)
+    return {"window": w, "group": _selfextend_group(w, L, n)}
+
+
+def _streaming_default(L, n, head_dim, base):
+    sinks = min(4, L // 2)
+    return {"n_sinks": sinks, "window": L - sinks}
+
+
+# method -> fn(train_len, eval_len, head_dim, base) -> parameters; methods not listed take none
+LENGTH_DEFAULTS: dict = {
+    **{m: (lambda L, n, d, b: {"factor": max(1.0, n / L)}) for m in _FACTOR_METHODS},
+    "rerope": lambda L, n, d, b: {"window": max(1, L // 2)},
+    "leaky_rerope": _leaky_default,
+    "selfextend": _selfextend_default,
+    "rope_base": _rope_base_default,
+    "sliding_window": lambda L, n, d, b: {"window": L},
+    "lm_infinite": lambda L, n, d, b: {"window": L, "n_global": min(10, L // 2), "ceiling": L},
+    "streaming_llm": _streaming_default,
+    "bca": lambda L, n, d, b: {"block": max(1, L // 2)},
+    "pcw": lambda L, n, d, b: {"window": L, "n_windows": max(1, math.ceil(n / L))},
+}
 
 
 def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
     """``model`` under ``method`` (``ValueError`` when the method does not apply)."""
     if method == "none":
         return model, {}
-    if method == "hierarchical":
-        if model.scheme.embedding.kind != "learned":
-            raise ValueError(f"method 'hierarchical' reads a learned absolute table; {model.scheme.name!r} "
-                             f"has a {model.scheme.embedding.kind!r} embedding")
-        return model.with_scheme("hierarchical"), {}
     rope = model.scheme.rope
     head_dim = model.cfg.dim // model.cfg.n_heads
     if rope is not None:

@@ -184,8 +184,7 @@ class TinyLM(nn.Module):
         """The same weights under another scheme. ``scheme`` may be a method name applied to this
         model's scheme (``model.with_scheme("yarn", factor=4)``)."""
         if isinstance(scheme, str):
-            scheme = self.scheme.extend(scheme, **params) if scheme not in ("hierarchical",) else (
-                PositionScheme.preset("hierarchical", train_len=self.cfg.train_len, **params))
+            scheme = self.scheme.extend(scheme, **params)
         elif params:
             raise ValueError("params are only accepted with a method name")
         new = TinyLM(replace(self.cfg, scheme=scheme))

@@ -418,6 +418,16 @@ def _mask_method(kind: str):
     return apply
 
 
+def _hierarchical(scheme: PositionScheme, alpha=None):
+    if scheme.embedding.kind != "learned":
+        raise ValueError(f"method 'hierarchical' reads a learned absolute table; {scheme.name!r} has a "
+                         f"{scheme.embedding.kind!r} embedding")
+    params = dict(scheme.embedding.params)
+    if alpha is not None:
+        params["alpha"] = alpha
+    return replace(scheme, embedding=Part("hierarchical", params))
+
+
 # name -> (fn(scheme, **params), description, accepted parameter names)
 METHODS: dict[str, tuple[Callable[..., PositionScheme], str, tuple[str, ...]]] = {
     "pi": (_scaling_method("linear"), "Chen et al. 2023: positions divided by factor", ("factor",)),
@@ -451,6 +461,8 @@ METHODS: dict[str, tuple[Callable[..., PositionScheme], str, tuple[str, ...]]] =
     "bca": (_mask_method("bca"), "Sun et al. 2022: blockwise causal attention, block L/2", ("block",)),
     "pcw": (_remap_method("pcw", lambda L: {"window": L, "n_windows": 2}),
             "Ratner et al. 2023: parallel context windows", ("window", "n_windows")),
+    "hierarchical": (_hierarchical, "Su: read a learned table through its hierarchical decomposition (n^2)",
+                     ("alpha",)),
 }
 
 

@@ -296,9 +296,9 @@ _INFERENCE_PARAMS = {
 
 
 def _preset(name):
-    from posenc.scheme import METHODS
+    from posenc.scheme import METHODS, TRAINED
 
-    if name in METHODS:
+    if name in METHODS and name not in TRAINED:
         return PositionScheme.preset(name, train_len=64, **_INFERENCE_PARAMS[name])
     return PositionScheme.preset(name, train_len=64)
 
