@@ -321,13 +321,15 @@ def test_blockwise_equals_reference_every_preset(name, n):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("name", ["rope", "alibi", "yarn", "sliding_window", "t5", "kerple_log", "sandwich",
-                                  "dynamic_ntk_qwen", "bca", "xpos"])
+@pytest.mark.parametrize("name", sorted(PositionScheme.presets()))
 def test_flex_equals_reference(name):
-    """Compiled FlexAttention (score_mod + block mask) vs the materialised reference, at a length that
-    is and one that is not a multiple of the 128-token block."""
+    """impl="flex" vs the materialised reference for every preset, at a length that is and one that is
+    not a multiple of the 128-token block. Single-branch schemes run compiled FlexAttention (score_mod +
+    block mask); multi-branch remaps and content-relative terms take the documented blockwise fallback."""
     torch.manual_seed(2)
     s = _preset(name)
+    if s.max_positions is not None and s.max_positions < 256:
+        s = PositionScheme.preset(name, train_len=256)
     m = PositionalAttention(32, 4, s).eval()
     for n in (256, 200):
         x = torch.randn(2, n, 32)
