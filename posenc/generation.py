@@ -298,7 +298,8 @@ def add_parser(sub) -> None:
     p.add_argument("ckpt", help="run directory (config.json + model.safetensors)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--method", default=None, help="inference-time method applied to the model's scheme (e.g. yarn)")
+    p.add_argument("--method", "--scheme", dest="method", default=None,
+                   help="inference-time method applied to the checkpoint's scheme (e.g. yarn, rerope+logn)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=None)
