@@ -90,6 +90,17 @@ def _mem_case(name: str, N: int) -> dict:
         return {"case": name, "N": N, **measure_peak(fn)}
 
 
+def _mem_available_gb() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
 def run(quick: bool = False, n: int | None = None) -> dict:
     lengths = [n] if n else ([256] if quick else [1024, 4096, 16384])
     results, summary = {}, {}
@@ -124,6 +135,8 @@ def run(quick: bool = False, n: int | None = None) -> dict:
     else:
         mem_cases += [("rerope_bojone", 4096), ("rerope_bojone", 8192), ("sdpa_materialised_alibi", 4096),
                       ("posenc_rerope_blockwise", 4096)]
+        if _mem_available_gb() >= 21 and lengths[-1] >= 16384:  # bojone at 16k needs ~19 GB
+            mem_cases.append(("rerope_bojone", 16384))
     memory = [peak_memory_subprocess("benchmarks.bench_attention", ["--mem", c, N_]) for c, N_ in mem_cases]
     Nm = lengths[-1]
     summary["memory_extra_mb"] = {f"{m.get('case')}@{m.get('N')}": round(m.get("extra_mb", -1), 1) for m in memory}
