@@ -185,3 +185,20 @@ def test_two_process_data_parallel_matches_one_process(corpus, tmp_path):
     a, b = params_of(out), params_of(cfg.out_dir)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+def test_constrained_parameters_are_projected_after_each_step(corpus, tmp_path):
+    """KERPLE's r1 > 0 and 0 < r2 <= 2 (the paper's in-place clamp): after training with a learning rate
+    large enough to push them out, every raw parameter is back inside its range."""
+    from posenc.biases import KerplePowerBias
+
+    summary = train(tiny(corpus, tmp_path / "k", scheme="kerple_power", lr=5.0, min_lr=5.0, warmup=1,
+                         grad_clip=0.0, steps=3, save_every=0), progress=False)
+    model = C.load_model(summary["run_dir"])
+    biases = [m for m in model.modules() if isinstance(m, KerplePowerBias)]
+    assert biases
+    for b in biases:
+        raw = {n: p.detach().clone() for n, p in b.named_parameters()}
+        b.project_()  # projecting an already projected parameter changes nothing
+        for n, p in b.named_parameters():
+            assert torch.equal(p.detach(), raw[n]), n
