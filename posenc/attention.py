@@ -418,6 +418,85 @@ class _IntervalsOnly:
         return self._ivs
 
 
+# ====================================================================== banded branch merge (CPU flash + LSE)
+def band_merge_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q) -> bool:
+    """Two branches split at one distance ``w`` (ReRoPE, Leaky ReRoPE, SelfExtend, distance ceiling),
+    nothing else in the scores, plain causal mask, positions ``0..Nk-1`` for keys and a contiguous
+    run of them for queries (a full forward, a prefill, or one decode step), on CPU."""
+    br = parts.branches
+    if (len(br) != 2 or br[0].kind != "near" or br[1].kind != "far" or br[0].window != br[1].window
+            or parts.bias is not None or parts.relative is not None or parts.scheme.softcap is not None
+            or not parts.mask.is_plain_causal or type(parts.remap).allowed is not Remap.allowed
+            or key_mask is not None or q.device.type != "cpu" or q.dtype not in (torch.float32, torch.bfloat16)
+            or not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")):
+        return False
+    Nq, Nk = q_pos.shape[1], k_pos.shape[1]
+    if not bool((k_pos == k_pos[:1]).all() and (q_pos == q_pos[:1]).all()):
+        return False
+    ar = torch.arange(Nk, device=k_pos.device)
+    q0 = int(q_pos[0, 0])
+    return bool((k_pos[0] == ar).all()) and q0 + Nq <= Nk and bool(
+        (q_pos[0] == torch.arange(q0, q0 + Nq, device=q_pos.device)).all())
+
+
+def _flash_lse(q, k, v, causal=False, mask=None):
+    """CPU flash attention returning (out [B,H,Nq,D], lse [B,H,Nq]); scale already folded into q."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask,
+                                                                        scale=1.0)
+
+
+def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale, chunk: int = 2048):
+    """Near branch (d < w) and far branch (d >= w) each computed by the fused CPU flash kernel on only
+    the keys it covers, merged by log-sum-exp. Per query chunk [m0, m1): the near keys
+    [m0-w+1, m1) with a small band mask; the far keys [0, m0-w) that every query of the chunk sees
+    (no mask) and the diagonal block [m0-w, m1-w) with the kernel's (top-left) causal mask. Chunks
+    whose far part starts before position 0 use an explicit mask. Nothing of size N x N is built."""
+    w = parts.branches[0].window
+    near, far = (_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches)
+    B, H, Nq, D = q.shape
+    q0 = int(q_pos[0, 0])
+    out = torch.empty(B, H, Nq, v.shape[-1], dtype=q.dtype, device=q.device)
+    neg = float("-inf")
+    bands: dict = {}  # the band mask depends only on (chunk rows, key offset): built once per shape
+
+    def band_mask(m0, m1, lo):
+        key = (m1 - m0, m0 - lo, m1 - lo)
+        if key not in bands:
+            mq = torch.arange(m0, m1, device=q.device)[:, None]  # [C,1] query positions
+            kn = torch.arange(lo, m1, device=q.device)[None]
+            bands[key] = torch.zeros(m1 - m0, m1 - lo, dtype=q.dtype, device=q.device).masked_fill(
+                ~((kn <= mq) & (kn > mq - w)), neg)
+        return bands[key]
+
+    for s in range(0, Nq, chunk):
+        e = min(Nq, s + chunk)
+        m0, m1, C = q0 + s, q0 + e, e - s
+        mq = torch.arange(m0, m1, device=q.device)[:, None]  # [C,1] query positions
+        pieces = []
+        lo = max(0, m0 - w + 1)  # near keys: m - w < n <= m
+        band = band_mask(m0, m1, lo)
+        pieces.append(_flash_lse(near.q[:, :, s:e], near.k[:, :, lo:m1], v[:, :, lo:m1], mask=band))
+        if m0 - w >= 0:  # far: n <= m - w
+            if m0 - w > 0:
+                pieces.append(_flash_lse(far.q[:, :, s:e], far.k[:, :, :m0 - w], v[:, :, :m0 - w]))
+            pieces.append(_flash_lse(far.q[:, :, s:e], far.k[:, :, m0 - w:m1 - w], v[:, :, m0 - w:m1 - w],
+                                     causal=True))
+        elif m1 - 1 - w >= 0:  # early chunk: some queries have far keys, some none
+            kf = torch.arange(0, m1 - w, device=q.device)[None]
+            vis = kf <= mq - w  # [C, m1-w]
+            fmask = torch.zeros(C, m1 - w, dtype=q.dtype, device=q.device).masked_fill(~vis, neg)
+            o, lse = _flash_lse(far.q[:, :, s:e], far.k[:, :, :m1 - w], v[:, :, :m1 - w], mask=fmask)
+            has = vis.any(dim=1)  # rows without a far key contribute nothing
+            lse = torch.where(has[None, None], lse, torch.full_like(lse, neg))
+            o = torch.where(has[None, None, :, None], o, torch.zeros_like(o))
+            pieces.append((o, lse))
+        lses = torch.stack([p[1].float() for p in pieces])  # [P,B,H,C]
+        total = torch.logsumexp(lses, dim=0)
+        acc = sum(torch.exp(lse - total)[..., None] * o.float() for o, lse in zip([p[0] for p in pieces], lses))
+        out[:, :, s:e] = acc.to(q.dtype)
+    return out
+
+
 def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
     return (parts.single_branch and parts.relative is None and not needs_grad
             and (parts.bias is None or not any(p.requires_grad for p in parts.bias.parameters())
@@ -464,8 +543,11 @@ def choose_impl(parts: AttentionParts, B: int, H: int, Nq: int, Nk: int, needs_g
     - single branch, no content-relative terms: fused SDPA (its causal kernel needs no mask at all;
       a bias or window becomes one additive mask while that stays below SDPA_MASK_ELEMENTS);
     - beyond that, at inference: compiled FlexAttention (score_mod + block mask, linear memory);
-    - multi-branch remaps, content-relative terms: the materialised reference when it is small or
-      gradients are needed, else the blockwise path (linear memory).
+    - multi-branch remaps whose regions are distance bands (ReRoPE, Leaky ReRoPE, SelfExtend,
+      distance ceiling) on a plain causal mask: the fused CPU flash kernel per branch, merged by
+      log-sum-exp ("band", reached through ``flex``);
+    - other multi-branch remaps, content-relative terms: the materialised reference when it is small
+      or gradients are needed, else the blockwise path (linear memory).
     """
     if sdpa_applicable(parts):
         plain = parts.bias is None and parts.mask.is_plain_causal and type(parts.remap).allowed is Remap.allowed
@@ -475,9 +557,7 @@ def choose_impl(parts: AttentionParts, B: int, H: int, Nq: int, Nk: int, needs_g
             return "flex"
     if needs_grad:
         return "reference"
-    return "blockwise" if Nq * Nk > 256 * 256 else "reference"
-
-
+    return "flex" if Nq * Nk > 256 * 256 else "reference"  # flex: band merge or blockwise for these
 
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
                   scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -494,10 +574,13 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     if impl == "auto":
         impl = choose_impl(parts, B, H, Nq, Nk, needs_grad)
     if impl == "flex" and not flex_applicable(parts, needs_grad):
-        impl = "blockwise"  # documented fallback: compiled CPU flex has no LSE / backward
+        # multi-branch remaps: merge branches by LSE with the fused CPU flash kernel where the regions are
+        # bands in distance; otherwise (and for backward) the blockwise path
+        impl = "band" if not needs_grad and band_merge_applicable(parts, q_pos, k_pos, key_mask, q) else "blockwise"
     if impl == "sdpa" and not sdpa_applicable(parts):
         impl = "blockwise"
-    path = {"reference": _reference, "sdpa": _sdpa, "blockwise": _blockwise, "flex": _flex}[impl]
+    path = {"reference": _reference, "sdpa": _sdpa, "blockwise": _blockwise, "flex": _flex,
+            "band": lambda *a: _band_merge(*a[:-1])}[impl]
 
     ells = parts.schedule_lengths(q_pos, k_pos)
     if ells is None:
