@@ -445,13 +445,15 @@ def _flash_lse(q, k, v, causal=False, mask=None):
                                                                         scale=1.0)
 
 
-def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale, chunk: int = 2048):
+def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale, chunk: int | None = None):
     """Near branch (d < w) and far branch (d >= w) each computed by the fused CPU flash kernel on only
     the keys it covers, merged by log-sum-exp. Per query chunk [m0, m1): the near keys
     [m0-w+1, m1) with a small band mask; the far keys [0, m0-w) that every query of the chunk sees
     (no mask) and the diagonal block [m0-w, m1-w) with the kernel's (top-left) causal mask. Chunks
     whose far part starts before position 0 use an explicit mask. Nothing of size N x N is built."""
     w = parts.branches[0].window
+    if chunk is None:  # measured here (benchmarks/bench_attention.py): 512 best up to ~8k queries, 1024 beyond
+        chunk = 512 if q.shape[2] <= 8192 else 1024
     near, far = (_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches)
     B, H, Nq, D = q.shape
     q0 = int(q_pos[0, 0])
