@@ -231,12 +231,13 @@ def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
 
 
 # ====================================================================== blockwise path
-def _candidate_keys(parts, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
-    """Indices of the keys a query tile may see according to the mask's key intervals (sorted,
-    unique), or None for all keys. Needs key positions non-decreasing along each row."""
-    if not keys_sorted:
+def _candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
+    """Indices of the keys a query tile may see according to ``key_intervals(q_lo, q_hi)`` (a mask's
+    :meth:`~posenc.masks.MaskSpec.key_intervals`), sorted and unique, or None for all keys. Needs
+    key positions non-decreasing along each row."""
+    if not keys_sorted or key_intervals is None:
         return None
-    ivs = parts.mask.key_intervals(int(qp_t.min()), int(qp_t.max()))
+    ivs = key_intervals(int(qp_t.min()), int(qp_t.max()))
     if ivs is None:
         return None
     Nk = k_pos.shape[1]
@@ -270,7 +271,7 @@ def _blockwise(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None, tile
     for s in range(0, Nq, tile):
         e = min(Nq, s + tile)
         qp_t = q_pos[:, s:e]
-        idx = _candidate_keys(parts, qp_t, k_pos, keys_sorted)
+        idx = _candidate_keys(parts.mask.key_intervals, qp_t, k_pos, keys_sorted)
         if idx is not None and idx.numel() == 0:
             out[:, :, s:e] = 0
             continue
@@ -373,11 +374,7 @@ def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128, key_intervals=N
     for i in range(nqb):
         s, e = i * block, min(Nq, (i + 1) * block)
         qp = q_pos[:, s:e]
-        idx = None
-        if keys_sorted:
-            ivs = key_intervals(int(qp.min()), int(qp.max()))
-            if ivs is not None:
-                idx = _candidate_keys(_IntervalsOnly(ivs), qp, k_pos, True)
+        idx = _candidate_keys(key_intervals, qp, k_pos, keys_sorted)
         kidx = kidx_all if idx is None else idx
         if kidx.numel() == 0:
             continue
@@ -405,17 +402,6 @@ def build_block_mask(allowed_fn, q_pos, k_pos, block: int = 128, key_intervals=N
 
     return BlockMask.from_kv_blocks(kv_num, kv_idx, f_num, f_idx, BLOCK_SIZE=block, mask_mod=mask_mod,
                                     seq_lengths=(Nq, Nk))
-
-
-class _IntervalsOnly:
-    """Adapter: precomputed intervals in the shape ``_candidate_keys`` expects (``parts.mask``)."""
-
-    def __init__(self, ivs):
-        self.mask = self
-        self._ivs = ivs
-
-    def key_intervals(self, q_lo, q_hi):
-        return self._ivs
 
 
 # ====================================================================== banded branch merge (CPU flash + LSE)
@@ -642,10 +628,14 @@ class PositionalAttention(nn.Module):
         self.o_proj = nn.Linear(dim, dim, bias=bias)
         self.parts = AttentionParts(scheme, n_heads, self.head_dim)
         self.memory = None
-        if scheme.memory is not None and scheme.memory.kind == "infini":
-            from posenc.memory import InfiniMemory
+        if scheme.memory is not None:
+            from posenc.memory import MEMORIES
 
-            self.memory = InfiniMemory(n_heads, self.head_dim, **scheme.memory.params)
+            if scheme.memory.kind not in MEMORIES:
+                raise ValueError(f"unknown memory {scheme.memory.kind!r}; known: {sorted(MEMORIES)}")
+            memory_cls = MEMORIES[scheme.memory.kind]  # None: the memory lives in the model (XL recurrence)
+            if memory_cls is not None:
+                self.memory = memory_cls(n_heads, self.head_dim, **scheme.memory.params)
 
     @property
     def scheme(self) -> PositionScheme:

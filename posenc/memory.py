@@ -63,4 +63,5 @@ class InfiniMemory(nn.Module):
         return torch.cat(outs, dim=2)
 
 
+# kind -> attention-level memory module; None: a model-level memory (TinyLM runs XL's recurrence)
 MEMORIES = {"infini": InfiniMemory, "xl_recurrence": None}
