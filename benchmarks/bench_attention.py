@@ -1,10 +1,13 @@
 """Attention, causal, B=1, 4 heads x 64, at several lengths (no_grad, inference).
 
-Peers in one run: bias-free ``F.scaled_dot_product_attention(is_causal=True)`` (the speed limit), posenc's
-flex path for RoPE and ALiBi, SDPA with a materialised ALiBi bias (what users do today), ReRoPE through
-posenc (blockwise branch merge) vs the bojone-style two-materialised-score-matrices implementation, and a
-sliding window (w=1024) vs full causal. Peak memory of one call per case is measured in a fresh subprocess
-(VmHWM after minus VmRSS before; see ``benchmarks.common.measure_peak``).
+Peers in one run: bias-free ``F.scaled_dot_product_attention(is_causal=True)`` (the speed limit); posenc's
+default (``impl="auto"``) path for ALiBi and Sandwich (distance-only biases: the Toeplitz path,
+``posenc/toeplitz.py``) and the compiled FlexAttention path for RoPE and ALiBi; SDPA with a materialised
+ALiBi bias (what users do today); ReRoPE through posenc (LSE band merge, and the blockwise branch merge)
+vs the bojone-style two-materialised-score-matrices implementation; a sliding window (w=1024) through
+posenc's default path and through compiled flex vs full causal attention. Peak memory of one call per
+case is measured in a fresh subprocess (VmHWM after minus VmRSS before; see
+``benchmarks.common.measure_peak``). ``toeplitz_chunk_ms`` sweeps the Toeplitz path's query chunk.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def rerope_bojone(q, k, v, window: int = RERROPE_WINDOW, base: float = 10000.0):
 
 def schemes():
     return {"rope": PositionScheme.preset("rope"), "alibi": PositionScheme.preset("alibi"),
+            "sandwich": PositionScheme.preset("sandwich"),
             "rerope": PositionScheme.preset("rerope", train_len=RERROPE_TRAIN, window=RERROPE_WINDOW),
             "sliding": PositionScheme.preset("sliding_window", train_len=RERROPE_TRAIN, window=SLIDING)}
 
@@ -66,9 +70,12 @@ def case_fns(N: int, q, k, v, materialised: bool):
     fns = {
         "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "posenc_flex_rope": lambda: attention(q, k, v, sc["rope"], impl="flex"),
+        "posenc_alibi": lambda: attention(q, k, v, sc["alibi"]),  # auto: the Toeplitz path
+        "posenc_sandwich": lambda: attention(q, k, v, sc["sandwich"]),
         "posenc_flex_alibi": lambda: attention(q, k, v, sc["alibi"], impl="flex"),
         "posenc_rerope_band": lambda: attention(q, k, v, sc["rerope"], impl="flex"),  # flash per branch + LSE
         "posenc_rerope_blockwise": lambda: attention(q, k, v, sc["rerope"], impl="blockwise"),
+        "posenc_sliding1k": lambda: attention(q, k, v, sc["sliding"]),
         "posenc_flex_sliding1k": lambda: attention(q, k, v, sc["sliding"], impl="flex"),
     }
     if materialised:
@@ -76,6 +83,23 @@ def case_fns(N: int, q, k, v, materialised: bool):
         fns["sdpa_materialised_alibi"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         fns["rerope_bojone"] = lambda: rerope_bojone(q, k, v)
     return fns
+
+
+def chunk_sweep(lengths, chunks=(128, 256, 512, 1024, 2048)) -> dict:
+    """Toeplitz-path ALiBi time per query chunk (``posenc.toeplitz.default_chunk`` is set from this)."""
+    from posenc.biases import ALiBiBias
+    from posenc.toeplitz import toeplitz_attention
+
+    out = {}
+    for N in lengths:
+        q, k, v = _inputs(N)
+        q = q / math.sqrt(D)
+        profile = ALiBiBias(H).distance_profile(N)
+        fns = {f"C={c}": (lambda c=c, q=q, k=k, v=v, p=profile: toeplitz_attention(q, k, v, p, chunk=c))
+               for c in chunks}
+        t = time_peers(fns, repeats=3 if N <= 4096 else 1)
+        out[f"N={N}"] = {a: round(b["median_ms"], 1) for a, b in t.items()}
+    return out
 
 
 def _mem_case(name: str, N: int) -> dict:
@@ -88,6 +112,8 @@ def _mem_case(name: str, N: int) -> dict:
             fn = case_fns(N, q, k, v, materialised=name in ("rerope_bojone",))[name]
         if name.startswith("posenc_flex"):  # compile outside the measurement (one-off, not per call)
             attention(*_inputs(N, 1), schemes()[name.split("_")[-1].replace("1k", "")], impl="flex")
+        elif name == "posenc_alibi":
+            fn = case_fns(N, q, k, v, materialised=False)[name]
         return {"case": name, "N": N, **measure_peak(fn)}
 
 
@@ -118,19 +144,25 @@ def run(quick: bool = False, n: int | None = None) -> dict:
             med = {a: b["median_ms"] for a, b in t.items()}
             sd = med["sdpa_causal"]
             r = {"rope_flex_over_sdpa": med["posenc_flex_rope"] / sd,
+                 "alibi_over_sdpa": med["posenc_alibi"] / sd,
+                 "sandwich_over_sdpa": med["posenc_sandwich"] / sd,
                  "alibi_flex_over_sdpa": med["posenc_flex_alibi"] / sd,
                  "rerope_posenc_over_sdpa": med["posenc_rerope_band"] / sd,
                  "rerope_blockwise_over_sdpa": med["posenc_rerope_blockwise"] / sd,
-                 "full_causal_flex_over_sliding1k": med["posenc_flex_rope"] / med["posenc_flex_sliding1k"],
-                 "sdpa_causal_over_sliding1k": sd / med["posenc_flex_sliding1k"]}
+                 "sdpa_causal_over_sliding1k": sd / med["posenc_sliding1k"],
+                 "full_causal_flex_over_flex_sliding1k": med["posenc_flex_rope"] / med["posenc_flex_sliding1k"],
+                 "sdpa_causal_over_flex_sliding1k": sd / med["posenc_flex_sliding1k"]}
             if materialised:
-                r["materialised_alibi_over_posenc_alibi"] = med["sdpa_materialised_alibi"] / med["posenc_flex_alibi"]
+                r["materialised_alibi_over_posenc_alibi"] = med["sdpa_materialised_alibi"] / med["posenc_alibi"]
+                r["materialised_alibi_over_sdpa"] = med["sdpa_materialised_alibi"] / sd
                 r["bojone_over_posenc_rerope"] = med["rerope_bojone"] / med["posenc_rerope_band"]
             results[str(N)] = {"timings": t, "ratios": r}
             summary[f"N={N}"] = {"ms": {a: round(b, 2) for a, b in med.items()},
                                  **{a: round(b, 3) for a, b in r.items()}}
+        if not quick and n is None:
+            summary["toeplitz_chunk_ms"] = chunk_sweep([4096, 16384])
     # peak memory, one fresh subprocess per case
-    mem_cases = [("sdpa_causal", lengths[-1]), ("posenc_flex_alibi", lengths[-1]),
+    mem_cases = [("sdpa_causal", lengths[-1]), ("posenc_alibi", lengths[-1]), ("posenc_flex_alibi", lengths[-1]),
                  ("posenc_rerope_band", lengths[-1]), ("posenc_rerope_blockwise", lengths[-1])]
     if quick:
         mem_cases += [("rerope_bojone", lengths[-1]), ("sdpa_materialised_alibi", lengths[-1])]

@@ -139,6 +139,9 @@ class ScoreBias(nn.Module):
     """
 
     num_heads: int
+    #: True when ``score`` depends on ``qp - kp`` only (a Toeplitz bias); the engine then runs it on the
+    #: fused CPU flash kernel through :func:`posenc.toeplitz.toeplitz_attention` in O(N) memory.
+    translation_invariant: bool = False
 
     def __init__(self, num_heads: int):
         super().__init__()
@@ -146,6 +149,19 @@ class ScoreBias(nn.Module):
 
     def score(self, h: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def distance_profile(self, n: int, device=None) -> torch.Tensor:
+        """``[H, n]`` float32: the bias at distances ``0..n-1`` (query after key). Only meaningful for
+        translation-invariant biases, where it determines the whole (causal) bias."""
+        if not self.translation_invariant:
+            raise ValueError(f"{type(self).__name__} is not translation invariant; it has no distance profile")
+        if device is None:
+            state = next(iter(self.parameters()), None)
+            state = next(iter(self.buffers()), None) if state is None else state
+            device = state.device if state is not None else torch.device("cpu")
+        h = torch.arange(self.num_heads, device=device)[:, None]  # [H,1]
+        d = torch.arange(n, device=device)[None]  # [1,n]
+        return self.score(h, d, torch.zeros_like(d)).expand(self.num_heads, n).to(torch.float32)
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """Materialise the bias: ``[B,H,Nq,Nk]`` float32. Positions ``[B,N]`` or ``[N]``."""
@@ -182,6 +198,8 @@ class ALiBiBias(ScoreBias):
     query sees keys 0..qp. The bias is not scaled by 1/sqrt(d) (seed 000 note; BLOOM/fairseq).
     """
 
+    translation_invariant = True
+
     def __init__(self, num_heads: int):
         super().__init__(num_heads)
         self.register_buffer("slopes", alibi_slopes(self.num_heads), persistent=False)
@@ -201,6 +219,8 @@ class KerplePowerBias(ScoreBias):
     in ``score_mod``) and :meth:`project_` does the in-place clamp (call it after optimizer steps).
     ``r2 = 1`` with ``r1 = slope`` is ALiBi.
     """
+
+    translation_invariant = True
 
     eps = 1e-2
 
@@ -235,6 +255,8 @@ class KerpleLogBias(ScoreBias):
     in ``score``; :meth:`project_` clamps in place like the paper's forward).
     """
 
+    translation_invariant = True
+
     eps = 1e-2
 
     def __init__(self, num_heads: int):
@@ -265,6 +287,8 @@ class T5Bias(ScoreBias):
     bucket 0 with distance 0. Initialised ``N(0, init_std^2)`` (HF T5 uses std = factor * d_model^-0.5;
     T5 does not scale q.k by 1/sqrt(d), we add the bias after that scaling like the other biases).
     """
+
+    translation_invariant = True
 
     def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = False, init_std: float = 0.02):
@@ -297,6 +321,8 @@ class SandwichBias(ScoreBias):
     sequence one per head. Angles in float64, result float32; the sum is unrolled over the d'/2
     Python-float frequencies so ``score`` stays pointwise (no reduction) inside ``score_mod``.
     """
+
+    translation_invariant = True
 
     def __init__(self, num_heads: int, dim: int = 128, base: float = 10000.0,
                  lam: float | Sequence[float] | None = None):
