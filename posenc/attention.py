@@ -146,19 +146,31 @@ class _Rotated:
 
 
 def _rotate_branch(parts: AttentionParts, q, k, q_pos, k_pos, branch: Branch, freqs, q_scale) -> _Rotated:
-    from posenc.rotary import apply_rope, xpos_scale
+    """q and k rotated at the branch's positions, the softmax/YaRN/log-n scale folded into q. A side whose
+    positions are all 0 (ReRoPE's far keys) is left as it is; with the whole head rotated, q's scale
+    multiplies its cos/sin ([B,1,Nq,R/2]) instead of taking another pass over q."""
+    from posenc.rotary import _cached_cos_sin, apply_rope, apply_rope_cos_sin, xpos_scale
 
-    if parts.rope is not None:
-        inv = freqs.inv_freq.to(q.device).double() * branch.freq_scale
-        qpr, kpr = branch.q_rot(q_pos), branch.k_rot(k_pos)
-        qr = apply_rope(q, qpr, inv, layout=parts.rope.layout, rotary_dim=parts.rotary_dim)
-        kr = apply_rope(k, kpr, inv, layout=parts.rope.layout, rotary_dim=parts.rotary_dim)
-        if parts.rope.xpos:
-            qr = qr * xpos_scale(qpr, q.shape[-1], parts.rope.xpos_scale_base, layout=parts.rope.layout).to(q.dtype)
-            kr = kr / xpos_scale(kpr, k.shape[-1], parts.rope.xpos_scale_base, layout=parts.rope.layout).to(k.dtype)
+    if parts.rope is None:
+        return _Rotated(q * q_scale, k)
+    inv = freqs.inv_freq.to(q.device).double() * branch.freq_scale
+    qpr, kpr = branch.q_rot(q_pos), branch.k_rot(k_pos)
+    layout, rd, xpos = parts.rope.layout, parts.rotary_dim, parts.rope.xpos
+    if not xpos and rd == q.shape[-1] and q.dtype == torch.float32:
+        cos, sin = _cached_cos_sin(qpr, inv)  # [B,1,Nq,R/2]
+        qs = q_scale.to(torch.float32)  # [B,1,Nq,1]
+        qr = apply_rope_cos_sin(q, cos * qs, sin * qs, layout, rd)
     else:
-        qr, kr = q, k
-    return _Rotated(qr * q_scale, kr)
+        qr = apply_rope(q, qpr, inv, layout=layout, rotary_dim=rd)
+        if xpos:
+            qr = qr * xpos_scale(qpr, q.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(q.dtype)
+        qr = qr * q_scale
+    if not bool(kpr.any()):  # every key at position 0: the identity rotation (and xPos scale 1)
+        return _Rotated(qr, k)
+    kr = apply_rope(k, kpr, inv, layout=layout, rotary_dim=rd)
+    if xpos:
+        kr = kr / xpos_scale(kpr, k.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(k.dtype)
+    return _Rotated(qr, kr)
 
 
 def _query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None) -> torch.Tensor:
@@ -445,64 +457,28 @@ def band_merge_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, v=No
     return _position_run(q_pos, k_pos) is not None
 
 
-def _flash_lse(q, k, v, causal=False, mask=None):
-    """CPU flash attention returning (out [B,H,Nq,D], lse [B,H,Nq]); scale already folded into q."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask,
-                                                                        scale=1.0)
-
-
-def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale, chunk: int | None = None):
+def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
     """Near branch (d < w) and far branch (d >= w) each computed by the fused CPU flash kernel on only
-    the keys it covers, merged by log-sum-exp. Per query chunk [m0, m1): the near keys
-    [m0-w+1, m1) with a small band mask; the far keys [0, m0-w) that every query of the chunk sees
-    (no mask) and the diagonal block [m0-w, m1-w) with the kernel's (top-left) causal mask. Chunks
-    whose far part starts before position 0 use an explicit mask. Nothing of size N x N is built."""
+    the keys it covers (:func:`posenc.toeplitz.toeplitz_attention` with a window, and with a minimum
+    distance), merged by their rows' log-sum-exp. Nothing of size N x N is built; values are reversed
+    once for both pieces."""
+    from posenc.toeplitz import toeplitz_attention
+
     w = parts.branches[0].window
-    if chunk is None:  # measured here (benchmarks/bench_attention.py): 512 best up to ~8k queries, 1024 beyond
-        chunk = 512 if q.shape[2] <= 8192 else 1024
     near, far = (_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches)
-    B, H, Nq, D = q.shape
+    H, Nq = q.shape[1], q.shape[2]
     q0 = int(q_pos[0, 0])
-    out = torch.empty(B, H, Nq, v.shape[-1], dtype=q.dtype, device=q.device)
-    neg = float("-inf")
-    bands: dict = {}  # the band mask depends only on (chunk rows, key offset): built once per shape
-
-    def band_mask(m0, m1, lo):
-        key = (m1 - m0, m0 - lo, m1 - lo)
-        if key not in bands:
-            mq = torch.arange(m0, m1, device=q.device)[:, None]  # [C,1] query positions
-            kn = torch.arange(lo, m1, device=q.device)[None]
-            bands[key] = torch.zeros(m1 - m0, m1 - lo, dtype=q.dtype, device=q.device).masked_fill(
-                ~((kn <= mq) & (kn > mq - w)), neg)
-        return bands[key]
-
-    for s in range(0, Nq, chunk):
-        e = min(Nq, s + chunk)
-        m0, m1, C = q0 + s, q0 + e, e - s
-        mq = torch.arange(m0, m1, device=q.device)[:, None]  # [C,1] query positions
-        pieces = []
-        lo = max(0, m0 - w + 1)  # near keys: m - w < n <= m
-        band = band_mask(m0, m1, lo)
-        pieces.append(_flash_lse(near.q[:, :, s:e], near.k[:, :, lo:m1], v[:, :, lo:m1], mask=band))
-        if m0 - w >= 0:  # far: n <= m - w
-            if m0 - w > 0:
-                pieces.append(_flash_lse(far.q[:, :, s:e], far.k[:, :, :m0 - w], v[:, :, :m0 - w]))
-            pieces.append(_flash_lse(far.q[:, :, s:e], far.k[:, :, m0 - w:m1 - w], v[:, :, m0 - w:m1 - w],
-                                     causal=True))
-        elif m1 - 1 - w >= 0:  # early chunk: some queries have far keys, some none
-            kf = torch.arange(0, m1 - w, device=q.device)[None]
-            vis = kf <= mq - w  # [C, m1-w]
-            fmask = torch.zeros(C, m1 - w, dtype=q.dtype, device=q.device).masked_fill(~vis, neg)
-            o, lse = _flash_lse(far.q[:, :, s:e], far.k[:, :, :m1 - w], v[:, :, :m1 - w], mask=fmask)
-            has = vis.any(dim=1)  # rows without a far key contribute nothing
-            lse = torch.where(has[None, None], lse, torch.full_like(lse, neg))
-            o = torch.where(has[None, None, :, None], o, torch.zeros_like(o))
-            pieces.append((o, lse))
-        lses = torch.stack([p[1].float() for p in pieces])  # [P,B,H,C]
-        total = torch.logsumexp(lses, dim=0)
-        acc = sum(torch.exp(lse - total)[..., None] * o.float() for o, lse in zip([p[0] for p in pieces], lses))
-        out[:, :, s:e] = acc.to(q.dtype)
-    return out
+    vr = v.flip(2)
+    zeros = torch.zeros(H, q0 + Nq, dtype=torch.float32, device=q.device)  # no bias: the mask is all
+    o_near, l_near = toeplitz_attention(near.q, near.k.flip(2), vr, zeros, q_start=q0, window=w,
+                                        return_lse=True, reversed_keys=True)
+    if q0 + Nq <= w:  # no query reaches the far branch
+        return o_near
+    o_far, l_far = toeplitz_attention(far.q, far.k.flip(2), vr, zeros, q_start=q0, min_distance=w,
+                                      return_lse=True, reversed_keys=True)
+    total = torch.logaddexp(l_near, l_far)  # every row has its own key in the near piece: finite
+    out = torch.exp(l_near - total)[..., None] * o_near + torch.exp(l_far - total)[..., None] * o_far
+    return out.to(q.dtype)
 
 
 # ====================================================================== Toeplitz bias on the CPU flash kernel

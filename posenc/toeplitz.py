@@ -38,13 +38,19 @@ def default_chunk(n_queries: int, window: int | None = None) -> int:
 
 
 def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profile: torch.Tensor,
-                       q_start: int = 0, window: int | None = None, chunk: int | None = None) -> torch.Tensor:
+                       q_start: int = 0, window: int | None = None, chunk: int | None = None,
+                       min_distance: int = 0, return_lse: bool = False, reversed_keys: bool = False):
     """Causal attention ``softmax(q k^T + f(m - n)) v`` with the bias given by its distance profile.
 
     ``q [B,H,Nq,D]`` (softmax scale already folded in), ``k, v [B,H,Nk,D]`` with keys at positions
     ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``); ``profile [H, P]``
     with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``, ``P >= min(window, q_start + Nq)``
-    (``window=None``: no window). Keys at distance ``>= window`` are masked. Returns ``[B,H,Nq,D]``.
+    (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window``.
+    Returns ``[B,H,Nq,D]``, and with ``return_lse`` also the log-sum-exp of each row's scores
+    ``[B,H,Nq]`` (float32; ``-inf`` and a zero output for a row that sees no key), so pieces computed
+    separately merge exactly (the ReRoPE family's near and far branches, see ``posenc.attention``).
+    ``reversed_keys``: ``k`` and ``v`` are given already reversed along the sequence (index ``Nk-1-n``
+    holds key ``n``), so pieces that share them flip them once.
     Memory beyond the inputs: the reversed keys/values and ``H x (P + chunk)`` bias entries.
     """
     B, H, Nq, D = q.shape
@@ -55,29 +61,44 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         raise ValueError(f"queries at {q_start}..{q_start + Nq - 1} need keys up to that position; got {Nk} keys")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    if min_distance < 0 or (window is not None and min_distance >= window):
+        raise ValueError(f"min_distance must be >= 0 and below the window, got {min_distance} (window {window})")
     reach = q_start + Nq if window is None else min(window, q_start + Nq)  # distances 0..reach-1 occur
     if profile.dim() != 2 or profile.shape[0] != H or profile.shape[1] < reach:
         raise ValueError(f"profile must be [H={H}, >= {reach}], got {tuple(profile.shape)}")
     C = chunk or default_chunk(Nq, window)
     C = max(1, min(C, Nq))
-    # g[u] = f(u - (C - 1)); the largest index any chunk reads is C - 1 + (keys per chunk - 1)
+    # g[u] = f(u - (C - 1)); the largest index any chunk reads is C - 1 + (keys per chunk - 1) + min_distance
     span = Nk if window is None else min(Nk, C + window - 1)
     neg = torch.full((H, C - 1), float("-inf"), dtype=q.dtype, device=q.device)
     prof = profile[:, :min(reach, span)].to(q.dtype)
+    if min_distance:
+        prof = prof.clone()
+        prof[:, :min_distance] = float("-inf")
     tail = torch.full((H, max(0, span - prof.shape[1])), float("-inf"), dtype=q.dtype, device=q.device)
     g = torch.cat([neg, prof, tail], dim=1).contiguous()  # [H, L]
     L = g.shape[1]
-    kr, vr = k.flip(2), v.flip(2)  # key n sits at index Nk - 1 - n
-    out = torch.empty(B, H, Nq, D, dtype=q.dtype, device=q.device)
+    kr, vr = (k, v) if reversed_keys else (k.flip(2), v.flip(2))  # key n sits at index Nk - 1 - n
+    out = q.new_zeros(B, H, Nq, D)
+    lse = torch.full((B, H, Nq), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     for s in range(0, Nq, C):
         e = min(Nq, s + C)
         c, m1 = e - s, q_start + e  # queries at positions m1 - c .. m1 - 1
         lo = 0 if window is None else max(0, m1 - c - window + 1)  # first key any query of the chunk sees
-        nk = m1 - lo
-        # query i (position m0 + i), reversed key j (position m1 - 1 - j): d = i + j - (c - 1),
-        # stored at g[d + C - 1] = g[i + j + C - c]
-        mask = g.as_strided((B, H, c, nk), (0, L, 1, 1), g.storage_offset() + C - c)
-        out[:, :, s:e] = flash(q[:, :, s:e], kr[:, :, Nk - m1:Nk - lo], vr[:, :, Nk - m1:Nk - lo], 0.0, False,
-                               attn_mask=mask, scale=1.0)[0]
-    return out
+        hi = m1 - min_distance  # keys [lo, hi)
+        if hi <= lo:
+            continue
+        # query i (position m1 - c + i), reversed key j (position hi - 1 - j):
+        # d = i + j - (c - 1) + min_distance, stored at g[d + C - 1]
+        mask = g.as_strided((B, H, c, hi - lo), (0, L, 1, 1), g.storage_offset() + C - c + min_distance)
+        o, row_lse = flash(q[:, :, s:e], kr[:, :, Nk - hi:Nk - lo], vr[:, :, Nk - hi:Nk - lo], 0.0, False,
+                           attn_mask=mask, scale=1.0)[:2]
+        if min_distance and m1 - c < lo + min_distance:  # leading rows of the chunk see no key at all
+            seen = torch.arange(m1 - c, m1, device=q.device) - min_distance >= lo  # [c]
+            o = torch.where(seen[:, None], o, torch.zeros_like(o))
+            row_lse = torch.where(seen, row_lse, torch.full_like(row_lse, float("-inf")))
+        out[:, :, s:e] = o
+        if return_lse:
+            lse[:, :, s:e] = row_lse
+    return (out, lse) if return_lse else out
