@@ -1,9 +1,9 @@
 """Generation benchmark: cached decode vs full recompute at 2k context, and StreamingLLM throughput and
 resident memory at 10k and 100k tokens.
 
-    .venv/bin/python benchmarks/bench_generation.py [--quick]
+    .venv/bin/python -m benchmarks.bench_generation [--quick]   (also part of ``make perf``)
 
-Writes ``benchmarks/results/generation.json`` and prints a Markdown table. CPU, fp32, one torch
+Writes ``benchmarks/results/bench_generation.json`` and prints a Markdown table. CPU, fp32, one torch
 thread (the machine is shared; tiny tensors gain nothing from more). Attention path ``blockwise``
 for the 2k runs so the full recompute does not recompile FlexAttention for every new length.
 """
@@ -11,8 +11,6 @@ for the 2k runs so the full recompute does not recompile FlexAttention for every
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import posenc
 from posenc.cache import KVCache
 from posenc.generation import StreamingSession, resident_memory_bytes
 
-RESULTS = Path(__file__).parent / "results" / "generation.json"
+RESULTS = Path(__file__).parent / "results"
 
 
 def tiny_lm(scheme, dim=64, n_layers=2, n_heads=4, vocab=256):
@@ -112,24 +110,46 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def run(quick: bool = False, n: int | None = None, threads: int = 1) -> dict:
+    """Everything above; ``n`` overrides the decode context. Returns config, raw results and a summary
+    with the issue's goals (cached decode >= 10x recompute; StreamingLLM flat from 10k to 100k tokens)."""
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        ctx = n or (256 if quick else 2048)
+        totals = [1000, 5000] if quick else [10_000, 100_000]
+        window, n_sinks, chunk = 256, 4, 64
+        decode = bench_decode(ctx, n_cached=64, n_recompute=3 if not quick else 8)
+        streaming = bench_streaming(totals, chunk, window, n_sinks, decode_tokens=500 if quick else 2000)
+    finally:
+        torch.set_num_threads(old_threads)
+    short, long = streaming[0], streaming[1]
+    summary = {"decode_context": ctx, "cached_decode_over_recompute": round(decode["speedup"], 1),
+               f"streaming_tokens_per_s@{short['tokens']}": round(short["tokens_per_s"]),
+               f"streaming_tokens_per_s@{long['tokens']}": round(long["tokens_per_s"]),
+               "streaming_long_over_short_throughput": round(long["tokens_per_s"] / short["tokens_per_s"], 3),
+               "streaming_cache_kib": [round(short["cache_kib"], 1), round(long["cache_kib"], 1)],
+               "goals": {"cached_decode>=10x": decode["speedup"] >= 10,
+                         "streaming_flat": (long["tokens_per_s"] >= 0.8 * short["tokens_per_s"]
+                                            and long["cache_kib"] == short["cache_kib"])}}
+    return {"config": {"threads": threads, "quick": quick, "model": "TinyLM dim 64, 2 layers, 4 heads"},
+            "decode": decode, "streaming_config": {"window": window, "n_sinks": n_sinks, "chunk": chunk},
+            "streaming": streaming, "summary": summary}
+
+
 def main(argv=None) -> int:
+    from benchmarks.common import write_json
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    ctx = 256 if args.quick else 2048
-    totals = [1000, 5000] if args.quick else [10_000, 100_000]
-    window, n_sinks, chunk = 256, 4, 64
-    res = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-           "threads": args.threads,
-           "decode": bench_decode(ctx, n_cached=64, n_recompute=3 if not args.quick else 8),
-           "streaming_config": {"window": window, "n_sinks": n_sinks, "chunk": chunk},
-           "streaming": bench_streaming(totals, chunk, window, n_sinks, decode_tokens=500 if args.quick else 2000)}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(res, indent=2))
+    res = run(quick=args.quick, threads=args.threads)
+    path = write_json("bench_generation", res, args.out)
     print(markdown(res))
+    print(f"wrote {path}")
     return 0
 
 

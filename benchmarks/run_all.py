@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, machine_info, write_json
 
-MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile")
+MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation")
 
 
 def _fmt(v) -> str:

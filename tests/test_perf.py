@@ -92,7 +92,8 @@ def _check_json(path, name):
     return data
 
 
-@pytest.mark.parametrize("name", ["bench_rope", "bench_training", "bench_attention", "bench_compile"])
+@pytest.mark.parametrize("name", ["bench_rope", "bench_training", "bench_attention", "bench_compile",
+                                  "bench_generation"])
 def test_benchmark_quick_smoke(name, tmp_path):
     import importlib
 
@@ -106,6 +107,9 @@ def test_benchmark_quick_smoke(name, tmp_path):
     if name == "bench_attention":
         assert data["summary"]["rerope_bojone_vs_posenc_maxdiff"] < 1e-4  # the two ReRoPEs agree
         assert all("extra_mb" in m for m in data["memory"]), data["memory"]
+        assert set(data["summary"]["goals"]) >= {"alibi<=1.5x_sdpa", "rerope<=2x_sdpa"}
+    if name == "bench_generation":  # the cache stays the same size however long the stream
+        assert data["summary"]["streaming_cache_kib"][0] == data["summary"]["streaming_cache_kib"][1]
 
 
 def test_perf_cli_writes_markdown(tmp_path):
