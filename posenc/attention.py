@@ -486,22 +486,23 @@ TOEPLITZ_MIN_QUERIES = 64  # below this (decode steps) a materialised [B,H,Nq,Nk
 
 
 def toeplitz_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, needs_grad: bool, v=None) -> bool:
-    """One branch, a bias (if any) that depends only on the distance (``translation_invariant``), a causal
-    mask with at most a sliding window (no sinks, no blocks), nothing else in the scores, contiguous
-    positions (:func:`_position_run`), inference on CPU. Plain causal attention without a bias is SDPA's."""
+    """One branch, a bias (if any) that depends only on the distance (``translation_invariant``) and needs no
+    gradient, a causal mask with at most a sliding window (no sinks, no blocks), nothing else in the
+    scores, contiguous positions (:func:`_position_run`), on CPU. Gradients reach q, k and v through the
+    flash kernel's backward (ALiBi training). Plain causal attention without a bias is SDPA's."""
     bias = parts.bias
     mask = parts.mask
     if (not parts.single_branch or parts.relative is not None or parts.scheme.softcap is not None
             or type(parts.remap).allowed is not Remap.allowed or type(parts.remap).relative is not Remap.relative
             or not mask.causal or mask.n_sinks or mask.block is not None or key_mask is not None
-            or needs_grad or not _fused_cpu_ok(q, v)):
+            or not _fused_cpu_ok(q, v)):
         return False
     if bias is None:
         if mask.window is None:
             return False
     elif not bias.translation_invariant or (torch.is_grad_enabled()
                                             and any(p.requires_grad for p in bias.parameters())):
-        return False
+        return False  # a learned table's gradient would have to flow through the strided view
     return _position_run(q_pos, k_pos) is not None
 
 
