@@ -85,6 +85,23 @@ def case_fns(N: int, q, k, v, materialised: bool):
     return fns
 
 
+def very_long(N: int) -> dict:
+    """The linear-memory paths only, one timed call each (after a warm-up call): causal SDPA, ALiBi,
+    ReRoPE and the sliding window at ``N`` tokens. The slow peers (compiled flex, materialised) are left out."""
+    q, k, v = _inputs(N)
+    sc = schemes()
+    fns = {"sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           "posenc_alibi": lambda: attention(q, k, v, sc["alibi"]),
+           "posenc_rerope_band": lambda: attention(q, k, v, sc["rerope"], impl="flex"),
+           "posenc_sliding1k": lambda: attention(q, k, v, sc["sliding"])}
+    med = {a: b["median_ms"] for a, b in time_peers(fns, repeats=1).items()}
+    sd = med["sdpa_causal"]
+    return {"ms": {a: round(b, 1) for a, b in med.items()},
+            "alibi_over_sdpa": round(med["posenc_alibi"] / sd, 3),
+            "rerope_posenc_over_sdpa": round(med["posenc_rerope_band"] / sd, 3),
+            "sdpa_causal_over_sliding1k": round(sd / med["posenc_sliding1k"], 3)}
+
+
 def chunk_sweep(lengths, chunks=(128, 256, 512, 1024, 2048)) -> dict:
     """Toeplitz-path ALiBi time per query chunk (``posenc.toeplitz.default_chunk`` is set from this)."""
     from posenc.biases import ALiBiBias
@@ -161,6 +178,7 @@ def run(quick: bool = False, n: int | None = None) -> dict:
                                  **{a: round(b, 3) for a, b in r.items()}}
         if not quick and n is None:
             summary["toeplitz_chunk_ms"] = chunk_sweep([4096, 16384])
+            summary["N=65536"] = very_long(65536)
     # peak memory, one fresh subprocess per case
     mem_cases = [("sdpa_causal", lengths[-1]), ("posenc_alibi", lengths[-1]), ("posenc_flex_alibi", lengths[-1]),
                  ("posenc_rerope_band", lengths[-1]), ("posenc_rerope_blockwise", lengths[-1])]
