@@ -40,9 +40,19 @@ from posenc._util import check_positive_int
 
 
 def _fingerprint(model) -> str:
+    """Hash of the model's config and layer count, memoised on the model for as long as its ``cfg``
+    object stays the same (checked on every cached forward, so it must not re-serialise the config)."""
     cfg = getattr(model, "cfg", None)
+    memo = getattr(model, "_posenc_cache_fingerprint", None)
+    if memo is not None and memo[0] is cfg and memo[1] == len(model.blocks):
+        return memo[2]
     text = cfg.to_json() if cfg is not None and hasattr(cfg, "to_json") else repr(cfg)
-    return hashlib.sha1(f"{text}|layers={len(model.blocks)}".encode()).hexdigest()[:16]
+    fp = hashlib.sha1(f"{text}|layers={len(model.blocks)}".encode()).hexdigest()[:16]
+    try:
+        model._posenc_cache_fingerprint = (cfg, len(model.blocks), fp)
+    except (AttributeError, TypeError):  # a model that refuses new attributes: recompute each time
+        pass
+    return fp
 
 
 class KVCache:
