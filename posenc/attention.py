@@ -347,6 +347,8 @@ def _sdpa(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
              and bool((q_pos == torch.arange(Nq, device=q_pos.device)[None] + q_pos[:, :1]).all()))
     if plain:  # positions are the indices (up to a shift): SDPA's own causal mask is the same mask
         return F.scaled_dot_product_attention(rot.q, rot.k, v, is_causal=True, scale=1.0)
+    if key_mask is None and q_pos.shape[0] > 1 and bool((q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):
+        q_pos, k_pos = q_pos[:1], k_pos[:1]  # every row alike: one [1,H,Nq,Nk] mask, broadcast over the batch
     qp, kp = q_pos[:, None, :, None], k_pos[:, None, None, :]
     allowed = parts.allowed(qp, kp)
     if key_mask is not None:
