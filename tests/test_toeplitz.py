@@ -192,3 +192,14 @@ def test_functional_attention_with_odd_value_width_falls_back():
     out = attention(q, k, v, s, impl="toeplitz")
     ref = attention(q, k, v, s, impl="reference")
     assert relative_error(out, ref) <= 1e-5
+
+
+def test_bfloat16_inputs_stay_close_to_float32(calls):
+    """bf16 q/k/v (the bias profile is cast to bf16 too) against the fp32 result: bf16 rounding only."""
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(1, 4, 150, 16) for _ in range(3))
+    s = _scheme("alibi")
+    ref = attention(q, k, v, s, impl="reference")
+    out = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), s, impl="toeplitz")
+    assert out.dtype == torch.bfloat16 and calls["calls"] == 1
+    assert relative_error(out.float(), ref) <= 2e-2
