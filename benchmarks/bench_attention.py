@@ -5,8 +5,9 @@ default (``impl="auto"``) path for ALiBi and Sandwich (distance-only biases: the
 ``posenc/toeplitz.py``) and the compiled FlexAttention path for RoPE and ALiBi; SDPA with a materialised
 ALiBi bias (what users do today); ReRoPE through posenc (LSE band merge, and the blockwise branch merge)
 vs the bojone-style two-materialised-score-matrices implementation; a sliding window (w=1024) through
-posenc's default path and through compiled flex vs full causal attention. Peak memory of one call per
-case is measured in a fresh subprocess (VmHWM after minus VmRSS before; see
+posenc's default path and through compiled flex vs full causal attention, and StreamingLLM (4 sinks + 1020
+recent keys, two branches: the sinks piece materialised, the window piece on the Toeplitz kernel).
+Peak memory of one call per case is measured in a fresh subprocess (VmHWM after minus VmRSS before; see
 ``benchmarks.common.measure_peak``). ``toeplitz_chunk_ms`` sweeps the Toeplitz path's query chunk.
 """
 
@@ -62,7 +63,9 @@ def schemes():
     return {"rope": PositionScheme.preset("rope"), "alibi": PositionScheme.preset("alibi"),
             "sandwich": PositionScheme.preset("sandwich"),
             "rerope": PositionScheme.preset("rerope", train_len=RERROPE_TRAIN, window=RERROPE_WINDOW),
-            "sliding": PositionScheme.preset("sliding_window", train_len=RERROPE_TRAIN, window=SLIDING)}
+            "sliding": PositionScheme.preset("sliding_window", train_len=RERROPE_TRAIN, window=SLIDING),
+            "streaming": PositionScheme.preset("streaming_llm", train_len=RERROPE_TRAIN, window=SLIDING - 4,
+                                               n_sinks=4)}
 
 
 def case_fns(N: int, q, k, v, materialised: bool):
@@ -76,6 +79,7 @@ def case_fns(N: int, q, k, v, materialised: bool):
         "posenc_rerope_band": lambda: attention(q, k, v, sc["rerope"], impl="flex"),  # flash per branch + LSE
         "posenc_rerope_blockwise": lambda: attention(q, k, v, sc["rerope"], impl="blockwise"),
         "posenc_sliding1k": lambda: attention(q, k, v, sc["sliding"]),
+        "posenc_streaming1k": lambda: attention(q, k, v, sc["streaming"]),  # 4 sinks + 1020 window
         "posenc_flex_sliding1k": lambda: attention(q, k, v, sc["sliding"], impl="flex"),
     }
     if materialised:
@@ -167,6 +171,7 @@ def run(quick: bool = False, n: int | None = None) -> dict:
                  "rerope_posenc_over_sdpa": med["posenc_rerope_band"] / sd,
                  "rerope_blockwise_over_sdpa": med["posenc_rerope_blockwise"] / sd,
                  "sdpa_causal_over_sliding1k": sd / med["posenc_sliding1k"],
+                 "sdpa_causal_over_streaming1k": sd / med["posenc_streaming1k"],
                  "full_causal_flex_over_flex_sliding1k": med["posenc_flex_rope"] / med["posenc_flex_sliding1k"],
                  "sdpa_causal_over_flex_sliding1k": sd / med["posenc_flex_sliding1k"]}
             if materialised:

@@ -524,6 +524,77 @@ def _toeplitz(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     return toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=window)
 
 
+# ====================================================================== attention sinks + window (two pieces, LSE)
+def _window_branch(parts: AttentionParts, q0: int, Nq: int) -> int | None:
+    """Index of a branch whose region holds every pair of the window piece (``max(s, m - w + 1) <= n <= m``
+    for the queries ``q0..q0+Nq-1``), or None. Evaluated on that band once per shape and memoised:
+    regions are arbitrary elementwise functions, so this is checked, not assumed."""
+    key = (q0, Nq)
+    memo = parts.__dict__.setdefault("_window_branch_memo", {})
+    if key not in memo:
+        s, w = parts.mask.n_sinks, parts.mask.window
+        rows = max(1, (1 << 22) // w)  # band evaluated in blocks of ~4M pairs
+
+        def holds(region) -> bool:
+            for a in range(q0, q0 + Nq, rows):
+                qp = torch.arange(a, min(q0 + Nq, a + rows))[:, None]  # [r,1]
+                kp = qp - torch.arange(w)[None]  # [r,w] the band, d = 0..w-1
+                if not bool((region(qp, kp) | (kp < s)).all()):
+                    return False
+            return True
+
+        found = next((i for i, br in enumerate(parts.branches) if br.region is None or holds(br.region)), None)
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = found
+    return memo[key]
+
+
+def sinks_window_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, needs_grad: bool, v=None) -> bool:
+    """A causal window (with or without attention sinks) whose window pairs all fall in one branch
+    (StreamingLLM's re-indexing, LM-Infinite's distance ceiling, a window under a ReRoPE-like remap),
+    a distance-only bias or none, nothing else in the scores, contiguous positions, inference on CPU.
+    The window piece runs on the Toeplitz kernel, the sinks piece (n_sinks keys) is materialised."""
+    mask, bias = parts.mask, parts.bias
+    if (mask.window is None or not mask.causal or mask.block is not None or parts.relative is not None
+            or parts.scheme.softcap is not None or type(parts.remap).allowed is not Remap.allowed
+            or key_mask is not None or needs_grad or not _fused_cpu_ok(q, v)):
+        return False
+    if bias is not None and (not bias.translation_invariant or type(parts.remap).relative is not Remap.relative
+                             or (torch.is_grad_enabled() and any(p.requires_grad for p in bias.parameters()))):
+        return False
+    q0 = _position_run(q_pos, k_pos)
+    return q0 is not None and _window_branch(parts, q0, q_pos.shape[1]) is not None
+
+
+def _sinks_window(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
+    """Window piece (keys ``>= n_sinks`` within the window, one branch, Toeplitz kernel) and sinks piece
+    (keys ``< n_sinks``, any branch mix, scored like the reference path), merged by log-sum-exp."""
+    from posenc.toeplitz import toeplitz_attention
+
+    s, w = parts.mask.n_sinks, parts.mask.window
+    H, Nq = q.shape[1], q.shape[2]
+    q0 = int(q_pos[0, 0])
+    rot = _rotate_branch(parts, q, k, q_pos, k_pos, parts.branches[_window_branch(parts, q0, Nq)], freqs, q_scale)
+    reach = min(w, q0 + Nq)
+    profile = (torch.zeros(H, reach, dtype=torch.float32, device=q.device) if parts.bias is None
+               else parts.bias.distance_profile(reach, device=q.device))
+    o_win, l_win = toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=w, key_start=s, return_lse=True)
+    ks = min(s, k.shape[2])
+    if ks == 0:
+        return o_win
+    kp_s = k_pos[:, :ks]
+    scores = _scores_tile(parts, q, k[:, :, :ks], q_pos, kp_s, freqs, q_scale)  # [B,H,Nq,ks]
+    allowed = parts.allowed(q_pos[:, None, :, None], kp_s[:, None, None, :])
+    scores = scores.float().masked_fill(~allowed, float("-inf"))
+    l_sink = torch.logsumexp(scores, dim=-1)  # [B,H,Nq]; -inf where no sink is visible
+    probs = torch.nan_to_num(torch.exp(scores - l_sink[..., None]), nan=0.0)
+    o_sink = probs.to(v.dtype) @ v[:, :, :ks]
+    total = torch.logaddexp(l_win, l_sink)  # every query sees itself in one of the pieces: finite
+    out = torch.exp(l_win - total)[..., None] * o_win + torch.exp(l_sink - total)[..., None] * o_sink
+    return out.to(q.dtype)
+
+
 def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
     return (parts.single_branch and parts.relative is None and not needs_grad
             and (parts.bias is None or not any(p.requires_grad for p in parts.bias.parameters())
@@ -603,19 +674,26 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if impl == "auto":
         impl = choose_impl(parts, B, H, Nq, Nk, needs_grad)
-        if (impl in ("sdpa", "flex") and Nq >= TOEPLITZ_MIN_QUERIES
-                and toeplitz_applicable(parts, q_pos, k_pos, key_mask, q, needs_grad, v)):
-            impl = "toeplitz"
+        if impl in ("sdpa", "flex") and Nq >= TOEPLITZ_MIN_QUERIES:
+            if toeplitz_applicable(parts, q_pos, k_pos, key_mask, q, needs_grad, v):
+                impl = "toeplitz"
+            elif sinks_window_applicable(parts, q_pos, k_pos, key_mask, q, needs_grad, v):
+                impl = "sinks"
     elif impl == "toeplitz" and not toeplitz_applicable(parts, q_pos, k_pos, key_mask, q, needs_grad, v):
         impl = choose_impl(parts, B, H, Nq, Nk, needs_grad)
     if impl == "flex" and not flex_applicable(parts, needs_grad):
         # multi-branch remaps: merge branches by LSE with the fused CPU flash kernel where the regions are
         # bands in distance; otherwise (and for backward) the blockwise path
-        impl = "band" if not needs_grad and band_merge_applicable(parts, q_pos, k_pos, key_mask, q, v) else "blockwise"
+        if not needs_grad and band_merge_applicable(parts, q_pos, k_pos, key_mask, q, v):
+            impl = "band"
+        elif sinks_window_applicable(parts, q_pos, k_pos, key_mask, q, needs_grad, v):
+            impl = "sinks"
+        else:
+            impl = "blockwise"
     if impl == "sdpa" and not sdpa_applicable(parts):
         impl = "blockwise"
     path = {"reference": _reference, "sdpa": _sdpa, "blockwise": _blockwise, "flex": _flex,
-            "band": lambda *a: _band_merge(*a[:-1]), "toeplitz": _toeplitz}[impl]
+            "band": lambda *a: _band_merge(*a[:-1]), "toeplitz": _toeplitz, "sinks": _sinks_window}[impl]
 
     ells = parts.schedule_lengths(q_pos, k_pos)
     if ells is None:

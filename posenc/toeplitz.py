@@ -44,13 +44,15 @@ def default_chunk(n_queries: int, window: int | None = None) -> int:
 
 def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profile: torch.Tensor,
                        q_start: int = 0, window: int | None = None, chunk: int | None = None,
-                       min_distance: int = 0, return_lse: bool = False, reversed_keys: bool = False):
+                       min_distance: int = 0, return_lse: bool = False, reversed_keys: bool = False,
+                       key_start: int = 0):
     """Causal attention ``softmax(q k^T + f(m - n)) v`` with the bias given by its distance profile.
 
     ``q [B,H,Nq,D]`` (softmax scale already folded in), ``k, v [B,H,Nk,D]`` with keys at positions
     ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``); ``profile [H, P]``
     with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``, ``P >= min(window, q_start + Nq)``
-    (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window``.
+    (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window`` and
+    positions ``>= key_start`` (attention sinks below it are another piece, see ``posenc.attention``).
     Returns ``[B,H,Nq,D]``, and with ``return_lse`` also the log-sum-exp of each row's scores
     ``[B,H,Nq]`` (float32; ``-inf`` and a zero output for a row that sees no key), so pieces computed
     separately merge exactly (the ReRoPE family's near and far branches, see ``posenc.attention``).
@@ -66,6 +68,8 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         raise ValueError(f"queries at {q_start}..{q_start + Nq - 1} need keys up to that position; got {Nk} keys")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    if key_start < 0:
+        raise ValueError(f"key_start must be >= 0, got {key_start}")
     if min_distance < 0 or (window is not None and min_distance >= window):
         raise ValueError(f"min_distance must be >= 0 and below the window, got {min_distance} (window {window})")
     reach = q_start + Nq if window is None else min(window, q_start + Nq)  # distances 0..reach-1 occur
@@ -91,6 +95,7 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         e = min(Nq, s + C)
         c, m1 = e - s, q_start + e  # queries at positions m1 - c .. m1 - 1
         lo = 0 if window is None else max(0, m1 - c - window + 1)  # first key any query of the chunk sees
+        lo = max(lo, key_start)
         hi = m1 - min_distance  # keys [lo, hi)
         if hi <= lo:
             continue
@@ -99,7 +104,7 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         mask = g.as_strided((B, H, c, hi - lo), (0, L, 1, 1), g.storage_offset() + C - c + min_distance)
         o, row_lse = flash(q[:, :, s:e], kr[:, :, Nk - hi:Nk - lo], vr[:, :, Nk - hi:Nk - lo], 0.0, False,
                            attn_mask=mask, scale=1.0)[:2]
-        if min_distance and m1 - c < lo + min_distance:  # leading rows of the chunk see no key at all
+        if m1 - c - min_distance < lo:  # leading rows of the chunk see no key at all
             seen = torch.arange(m1 - c, m1, device=q.device) - min_distance >= lo  # [c]
             o = torch.where(seen[:, None], o, torch.zeros_like(o))
             row_lse = torch.where(seen, row_lse, torch.full_like(row_lse, float("-inf")))

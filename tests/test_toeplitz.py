@@ -19,14 +19,15 @@ from posenc.model import LMConfig, TinyLM
 from posenc.toeplitz import toeplitz_attention
 
 
-def _dense(q, k, v, profile, q_start, window, min_distance=0):
-    """softmax(q k^T + B) v with B[m, n] = profile[h, m - n] for min_distance <= m - n < window, -inf
-    otherwise; also the rows' log-sum-exp (rows without a key: output 0, lse -inf)."""
+def _dense(q, k, v, profile, q_start, window, min_distance=0, key_start=0):
+    """softmax(q k^T + B) v with B[m, n] = profile[h, m - n] for min_distance <= m - n < window and
+    n >= key_start, -inf otherwise; also the rows' log-sum-exp (rows without a key: output 0, lse -inf)."""
     Nq, Nk = q.shape[2], k.shape[2]
     m = torch.arange(q_start, q_start + Nq)[:, None]
     n = torch.arange(Nk)[None]
     d = m - n
     ok = (d >= min_distance) if window is None else (d >= min_distance) & (d < window)
+    ok = ok & (n >= key_start)
     bias = profile[:, d.clamp(min=0, max=profile.shape[1] - 1)]  # [H,Nq,Nk]
     scores = (q @ k.transpose(-1, -2) + bias).masked_fill(~ok, float("-inf"))
     out = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ v
@@ -49,16 +50,18 @@ def test_kernel_equals_dense(Nq, Nk, q_start, window, chunk):
 @pytest.mark.parametrize("Nq,Nk,q_start", [(50, 50, 0), (37, 80, 43), (1, 64, 63), (20, 90, 30), (40, 40, 0)])
 @pytest.mark.parametrize("window,min_distance", [(None, 5), (None, 45), (30, 8), (9, 1), (None, 0)])
 @pytest.mark.parametrize("chunk", [None, 7])
-def test_kernel_min_distance_and_lse_equal_dense(Nq, Nk, q_start, window, min_distance, chunk):
-    """A piece of the keys (``min_distance <= d < window``) with its log-sum-exp: rows that see no key
-    (queries before ``min_distance``) give 0 and -inf, so pieces merge exactly."""
+@pytest.mark.parametrize("key_start", [0, 4, 40])
+def test_kernel_min_distance_and_lse_equal_dense(Nq, Nk, q_start, window, min_distance, chunk, key_start):
+    """A piece of the keys (``min_distance <= d < window``, positions ``>= key_start``) with its log-sum-exp:
+    rows that see no key (queries before ``min_distance`` or ``key_start``) give 0 and -inf, so pieces
+    merge exactly."""
     g = torch.Generator().manual_seed(Nq * 7 + min_distance)
     B, H, D = 2, 3, 8
     q, k, v = (torch.randn(B, H, n, D, generator=g) for n in (Nq, Nk, Nk))
     profile = torch.randn(H, Nk, generator=g)
     out, lse = toeplitz_attention(q, k, v, profile, q_start=q_start, window=window, chunk=chunk,
-                                  min_distance=min_distance, return_lse=True)
-    ref, ref_lse = _dense(q, k, v, profile, q_start, window, min_distance)
+                                  min_distance=min_distance, return_lse=True, key_start=key_start)
+    ref, ref_lse = _dense(q, k, v, profile, q_start, window, min_distance, key_start)
     assert relative_error(out, ref) <= 1e-6
     torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
 
@@ -73,6 +76,8 @@ def test_kernel_validates_inputs():
         toeplitz_attention(q, k, v, torch.zeros(2, 20), window=0)
     with pytest.raises(ValueError, match="min_distance"):
         toeplitz_attention(q, k, v, torch.zeros(2, 20), window=4, min_distance=4)
+    with pytest.raises(ValueError, match="key_start"):
+        toeplitz_attention(q, k, v, torch.zeros(2, 20), key_start=-1)
     with pytest.raises(ValueError, match="shapes"):
         toeplitz_attention(q, k[:, :1], v, torch.zeros(2, 20))
 
@@ -203,3 +208,26 @@ def test_bfloat16_inputs_stay_close_to_float32(calls):
     out = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), s, impl="toeplitz")
     assert out.dtype == torch.bfloat16 and calls["calls"] == 1
     assert relative_error(out.float(), ref) <= 2e-2
+
+
+@pytest.mark.parametrize("name,params", [("streaming_llm", {"window": 60, "n_sinks": 4}),
+                                         ("lm_infinite", {"window": 64, "n_global": 5}),
+                                         ("sliding_window+rerope", {"window": 48})])
+def test_sinks_and_window_equal_reference(name, params, calls):
+    """Attention sinks + a window under a remap (StreamingLLM's re-indexing, LM-Infinite's distance
+    ceiling): the window piece on the Toeplitz kernel, the sinks piece materialised, merged by LSE; for a
+    full forward and for a run of queries continuing a cache."""
+    torch.manual_seed(8)
+    if name == "sliding_window+rerope":  # a window under a ReRoPE remap: both branches reach the window
+        s = PositionScheme.preset("rerope", train_len=64, window=16)
+        s = replace(s, mask=replace(s.mask, window=params["window"]))
+    else:
+        s = PositionScheme.preset(name, train_len=64, **params)
+    q, k, v = (torch.randn(2, 4, 300, 16) for _ in range(3))
+    for q0 in (0, 170):
+        qp, kp = torch.arange(q0, 300), torch.arange(300)
+        ref = attention(q[:, :, q0:], k, v, s, q_pos=qp, k_pos=kp, impl="reference")
+        out = attention(q[:, :, q0:], k, v, s, q_pos=qp, k_pos=kp, impl="flex")
+        assert relative_error(out, ref) <= 1e-5, (name, q0)
+    # the window under ReRoPE straddles two branches: no single branch holds it, the blockwise path runs
+    assert calls["calls"] == (0 if name == "sliding_window+rerope" else 2)
