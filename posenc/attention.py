@@ -478,9 +478,10 @@ def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
         return o_near
     o_far, l_far = toeplitz_attention(far.q, far.k.flip(2), vr, zeros, q_start=q0, min_distance=w,
                                       return_lse=True, reversed_keys=True)
-    total = torch.logaddexp(l_near, l_far)  # every row has its own key in the near piece: finite
-    out = torch.exp(l_near - total)[..., None] * o_near + torch.exp(l_far - total)[..., None] * o_far
-    return out.to(q.dtype)
+    # weights exp(l_i) / (exp(l_near) + exp(l_far)): the far one is sigmoid(l_far - l_near) (l_near is finite,
+    # every row sees its own key; l_far = -inf gives 0), and one fused lerp merges in place
+    w_far = torch.sigmoid(l_far - l_near)[..., None].to(o_near.dtype)
+    return o_near.lerp_(o_far, w_far)
 
 
 # ====================================================================== Toeplitz bias on the CPU flash kernel
@@ -591,8 +592,8 @@ def _sinks_window(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     probs = torch.nan_to_num(torch.exp(scores - l_sink[..., None]), nan=0.0)
     o_sink = probs.to(v.dtype) @ v[:, :, :ks]
     total = torch.logaddexp(l_win, l_sink)  # every query sees itself in one of the pieces: finite
-    out = torch.exp(l_win - total)[..., None] * o_win + torch.exp(l_sink - total)[..., None] * o_sink
-    return out.to(q.dtype)
+    w_sink = torch.exp(l_sink - total)[..., None].to(o_win.dtype)  # rows before n_sinks: l_win = -inf, w = 1
+    return o_win.lerp_(o_sink.to(o_win.dtype), w_sink)
 
 
 def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:

@@ -88,8 +88,8 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     g = torch.cat([neg, prof, tail], dim=1).contiguous()  # [H, L]
     L = g.shape[1]
     kr, vr = (k, v) if reversed_keys else (k.flip(2), v.flip(2))  # key n sits at index Nk - 1 - n
-    out = q.new_zeros(B, H, Nq, D)
-    lse = torch.full((B, H, Nq), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+    out = q.new_empty(B, H, Nq, D)  # every chunk writes its rows (a chunk without keys writes zeros)
+    lse = torch.empty(B, H, Nq, dtype=torch.float32, device=q.device) if return_lse else None
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     for s in range(0, Nq, C):
         e = min(Nq, s + C)
@@ -97,7 +97,10 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         lo = 0 if window is None else max(0, m1 - c - window + 1)  # first key any query of the chunk sees
         lo = max(lo, key_start)
         hi = m1 - min_distance  # keys [lo, hi)
-        if hi <= lo:
+        if hi <= lo:  # no query of the chunk sees a key
+            out[:, :, s:e] = 0
+            if return_lse:
+                lse[:, :, s:e] = float("-inf")
             continue
         # query i (position m1 - c + i), reversed key j (position hi - 1 - j):
         # d = i + j - (c - 1) + min_distance, stored at g[d + C - 1]
