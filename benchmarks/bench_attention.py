@@ -160,7 +160,7 @@ def run(quick: bool = False, n: int | None = None) -> dict:
         for N in lengths:
             q, k, v = _inputs(N)
             materialised = N <= 4096  # 16k: a [1,4,N,N] fp32 matrix is 4 GiB; bojone needs >= 2 of them
-            repeats = 3 if quick else (7 if N <= 1024 else 3 if N <= 4096 else 1)
+            repeats = 3 if quick else (7 if N <= 1024 else 5 if N <= 4096 else 3)
             t = time_peers(case_fns(N, q, k, v, materialised), repeats=repeats)
             med = {a: b["median_ms"] for a, b in t.items()}
             sd = med["sdpa_causal"]
