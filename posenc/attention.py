@@ -34,7 +34,9 @@ The score for a pair, with branch b selected by its region:
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -47,6 +49,7 @@ from posenc.remap import Branch, Remap, logn_scale
 from posenc.scheme import PositionScheme
 
 IMPLS = ("auto", "reference", "sdpa", "blockwise", "flex", "toeplitz")
+log = logging.getLogger("posenc")
 
 
 # ====================================================================== runtime parts
@@ -627,9 +630,21 @@ def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
             return torch.tanh(score / cap) * cap
 
     # the softmax scale is already folded into q
+    key = (parts.scheme.to_json(), tuple(q.shape), tuple(k.shape), q.dtype, key_mask is None)
+    first = key not in _FLEX_SEEN
+    if first:  # torch.compile specialises on shapes: say so before the wait (seconds), not after
+        _FLEX_SEEN.add(key)
+        log.info("compiling FlexAttention for %s, %d x %d tokens (first call of this shape; later calls reuse it)",
+                 parts.scheme.name or "this scheme", Nq, k.shape[2])
+        t0 = time.perf_counter()
     out = _compiled_flex()(rot.q.contiguous(), rot.k.contiguous(), v.contiguous(), score_mod=score_mod,
                            block_mask=bm, scale=1.0)
+    if first:
+        log.info("FlexAttention ready in %.1f s", time.perf_counter() - t0)
     return out
+
+
+_FLEX_SEEN: set = set()  # (scheme, shapes, dtype, padding) already run by the compiled flex callable
 
 
 # ====================================================================== entry point

@@ -44,6 +44,13 @@ def main(argv=None) -> int:
         names = {argv[0]}  # import only the module the user asked for
     parser = build_parser(names)
     args = parser.parse_args(argv)
+    import logging
+
+    if not logging.getLogger("posenc").handlers:  # progress messages of long one-off steps (flex compiles)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[posenc] %(message)s"))
+        logging.getLogger("posenc").addHandler(handler)
+        logging.getLogger("posenc").setLevel(logging.INFO)
     try:
         result = args.func(args)
     except ValueError as exc:

@@ -478,3 +478,25 @@ def test_band_merge_equals_reference(method, params, N):
         out = _band_merge(parts, qq, k, v, qp, kp, parts.frequencies(None),
                           _query_scale(parts, qp, parts.frequencies(None).attention_scale, q.dtype, None))
         assert relative_error(out, ref) <= 1e-5, (q0, relative_error(out, ref))
+
+
+@pytest.mark.compile
+def test_flex_compile_says_so_once_per_shape(caplog, monkeypatch):
+    """The first compiled-flex call of a shape announces the wait (the CLI shows posenc's INFO log);
+    the second call of that shape is silent."""
+    import importlib
+    import logging
+
+    engine = importlib.import_module("posenc.attention")  # the module (posenc.attention is the function)
+    monkeypatch.setattr(engine, "_FLEX_SEEN", set())  # as in a fresh process
+
+    q, k, v = _qkv(B=1, N=200)
+    s = PositionScheme.preset("alibi")
+    with caplog.at_level(logging.INFO, logger="posenc"):
+        attention(q, k, v, s, impl="flex")
+        first = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        attention(q, k, v, s, impl="flex")
+        second = [r.getMessage() for r in caplog.records]
+    assert any("compiling FlexAttention" in m and "200 x 200" in m for m in first), first
+    assert any("ready in" in m for m in first) and second == []
