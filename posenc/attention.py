@@ -22,8 +22,10 @@ Paths, one semantics:
                where it applies, else ``blockwise``.
 ``toeplitz``   a bias that depends only on the distance (ALiBi, KERPLE, T5, Sandwich) and/or a causal
                sliding window, on the fused CPU flash kernel with the bias as an O(N) strided view
-               (:mod:`posenc.toeplitz`). 1.1-1.2x bias-free SDPA here, against 3-5x for materialised
-               bias or compiled flex.
+               (:mod:`posenc.toeplitz`). 1.2-1.3x bias-free SDPA here, against 2-3x for materialised
+               bias (and N^2 memory) or 4-5x for compiled flex.
+``sinks``      attention sinks + a window (StreamingLLM, LM-Infinite): the window piece on the Toeplitz
+               kernel, the sink keys scored like ``reference``, merged by log-sum-exp.
 
 ``impl="auto"``: see :func:`choose_impl`.
 
@@ -471,10 +473,10 @@ def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
 
     w = parts.branches[0].window
     near, far = (_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches)
-    H, Nq = q.shape[1], q.shape[2]
+    Nq = q.shape[2]
     q0 = int(q_pos[0, 0])
     vr = v.flip(2)
-    zeros = torch.zeros(H, q0 + Nq, dtype=torch.float32, device=q.device)  # no bias: the mask is all
+    zeros = _distance_profile(parts, q0 + Nq, q.device)  # no bias on this path: zeros
     o_near, l_near = toeplitz_attention(near.q, near.k.flip(2), vr, zeros, q_start=q0, window=w,
                                         return_lse=True, reversed_keys=True)
     if q0 + Nq <= w:  # no query reaches the far branch
@@ -491,6 +493,21 @@ def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
 TOEPLITZ_MIN_QUERIES = 64  # below this (decode steps) a materialised [B,H,Nq,Nk] mask is as cheap
 
 
+def _fixed_distance_bias(parts: AttentionParts) -> bool:
+    """No bias, or one that depends only on the distance and needs no gradient here (its table can be
+    read once as a profile)."""
+    bias = parts.bias
+    return bias is None or (bias.translation_invariant and not (
+        torch.is_grad_enabled() and any(p.requires_grad for p in bias.parameters())))
+
+
+def _distance_profile(parts: AttentionParts, reach: int, device) -> torch.Tensor:
+    """``[H, reach]`` bias at distances ``0..reach-1`` (zeros without a bias)."""
+    if parts.bias is None:
+        return torch.zeros(parts.n_heads, reach, dtype=torch.float32, device=device)
+    return parts.bias.distance_profile(reach, device=device)
+
+
 def toeplitz_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, needs_grad: bool, v=None) -> bool:
     """One branch, a bias (if any) that depends only on the distance (``translation_invariant``) and needs no
     gradient, a causal mask with at most a sliding window (no sinks, no blocks), nothing else in the
@@ -503,12 +520,8 @@ def toeplitz_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, needs_
             or not mask.causal or mask.n_sinks or mask.block is not None or key_mask is not None
             or not _fused_cpu_ok(q, v)):
         return False
-    if bias is None:
-        if mask.window is None:
-            return False
-    elif not bias.translation_invariant or (torch.is_grad_enabled()
-                                            and any(p.requires_grad for p in bias.parameters())):
-        return False  # a learned table's gradient would have to flow through the strided view
+    if (bias is None and mask.window is None) or not _fixed_distance_bias(parts):
+        return False  # (a learned table's gradient would have to flow through the strided view)
     return _position_run(q_pos, k_pos) is not None
 
 
@@ -521,11 +534,7 @@ def _toeplitz(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     q0 = int(q_pos[0, 0])
     window = parts.mask.window
     reach = q0 + q.shape[2] if window is None else min(window, q0 + q.shape[2])
-    if parts.bias is None:
-        profile = torch.zeros(parts.n_heads, reach, dtype=torch.float32, device=q.device)
-    else:
-        profile = parts.bias.distance_profile(reach, device=q.device)
-    return toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=window)
+    return toeplitz_attention(rot.q, rot.k, v, _distance_profile(parts, reach, q.device), q_start=q0, window=window)
 
 
 # ====================================================================== attention sinks + window (two pieces, LSE)
@@ -564,8 +573,7 @@ def sinks_window_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, ne
             or parts.scheme.softcap is not None or type(parts.remap).allowed is not Remap.allowed
             or key_mask is not None or needs_grad or not _fused_cpu_ok(q, v)):
         return False
-    if bias is not None and (not bias.translation_invariant or type(parts.remap).relative is not Remap.relative
-                             or (torch.is_grad_enabled() and any(p.requires_grad for p in bias.parameters()))):
+    if not _fixed_distance_bias(parts) or (bias is not None and type(parts.remap).relative is not Remap.relative):
         return False
     q0 = _position_run(q_pos, k_pos)
     return q0 is not None and _window_branch(parts, q0, q_pos.shape[1]) is not None
@@ -577,12 +585,10 @@ def _sinks_window(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     from posenc.toeplitz import toeplitz_attention
 
     s, w = parts.mask.n_sinks, parts.mask.window
-    H, Nq = q.shape[1], q.shape[2]
+    Nq = q.shape[2]
     q0 = int(q_pos[0, 0])
     rot = _rotate_branch(parts, q, k, q_pos, k_pos, parts.branches[_window_branch(parts, q0, Nq)], freqs, q_scale)
-    reach = min(w, q0 + Nq)
-    profile = (torch.zeros(H, reach, dtype=torch.float32, device=q.device) if parts.bias is None
-               else parts.bias.distance_profile(reach, device=q.device))
+    profile = _distance_profile(parts, min(w, q0 + Nq), q.device)
     o_win, l_win = toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=w, key_start=s, return_lse=True)
     ks = min(s, k.shape[2])
     if ks == 0:
@@ -657,9 +663,10 @@ def choose_impl(parts: AttentionParts, B: int, H: int, Nq: int, Nk: int, needs_g
     - single branch, no content-relative terms: fused SDPA (its causal kernel needs no mask at all;
       a bias or window becomes one additive mask while that stays below SDPA_MASK_ELEMENTS);
     - beyond that, at inference: compiled FlexAttention (score_mod + block mask, linear memory);
-    - at inference, overriding both for at least TOEPLITZ_MIN_QUERIES queries: distance-only biases and
-      causal sliding windows on the fused CPU flash kernel (``toeplitz``, decided in :func:`run_attention`
-      because it needs the positions);
+    - overriding both for at least TOEPLITZ_MIN_QUERIES queries: distance-only biases and causal sliding
+      windows on the fused CPU flash kernel (``toeplitz``, also for training fixed biases), and at
+      inference attention sinks + window (``sinks``); decided in :func:`run_attention` because both
+      need the positions;
     - multi-branch remaps whose regions are distance bands (ReRoPE, Leaky ReRoPE, SelfExtend,
       distance ceiling) on a plain causal mask: the fused CPU flash kernel per branch, merged by
       log-sum-exp ("band", reached through ``flex``);
