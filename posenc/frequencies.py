@@ -518,8 +518,10 @@ def scaling_factor(scaling: Mapping | None, seq_len: int | None = None) -> float
     if rope_type in ("dynamic", "dynamic_qwen", "dynamic_yarn"):
         _require_seq_len(rope_type, seq_len)
         trained = _trained_len(params, rope_type)
+        if seq_len <= trained:  # inside the trained length every dynamic schedule is the default one
+            return 1.0
         if rope_type == "dynamic":
-            factor = _factor(params, rope_type)
+            factor = _factor(params, rope_type)  # factor * t / L - (factor - 1) rounds to 1 + 7e-15 at t = L
             return max(1.0, factor * seq_len / trained - (factor - 1))
         if rope_type == "dynamic_qwen":
             return float(_qwen_alpha(seq_len, trained))
