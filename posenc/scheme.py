@@ -53,6 +53,58 @@ def _check_params(where: str, params: dict) -> dict:
     return params
 
 
+def _check_keys(where: str, d: dict, known) -> None:
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise ValueError(f"{where} has unknown field(s) {unknown}; known: {sorted(known)}")
+
+
+def _check_bool(name: str, value) -> bool:
+    """JSON ``"no"`` is truthy: accept only real booleans."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def _from_mapping(cls, where: str, d):
+    """Build dataclass ``cls`` from a JSON object, naming ``where`` for a wrong type or unknown field."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be an object (dict) of {sorted(f.name for f in fields(cls))}, got {d!r}")
+    _check_keys(where, d, [f.name for f in fields(cls)])
+    return cls(**d)
+
+
+# scheme field -> (module, registry name, arguments the model supplies when it builds the part)
+_PART_REGISTRIES = {
+    "embedding": ("posenc.absolute", "EMBEDDINGS", ("dim", "vocab_size")),
+    "bias": ("posenc.biases", "BIASES", ("num_heads",)),
+    "relative": ("posenc.relative", "RELATIVE", ("n_heads", "head_dim")),
+    "memory": ("posenc.memory", "MEMORIES", ("n_heads", "head_dim")),
+}
+_XL_MEMORY_PARAMS = ("mem_len",)  # memory 'xl_recurrence' lives in TinyLM, not in a registry class
+
+
+def _check_part(field_name: str, part: Part) -> None:
+    """Refuse an unknown kind or parameter when the scheme is built, not at the first forward."""
+    import importlib
+    import inspect
+
+    module, registry, supplied = _PART_REGISTRIES[field_name]
+    classes = getattr(importlib.import_module(module), registry)
+    if part.kind not in classes:
+        raise ValueError(f"{field_name} kind must be one of {sorted(classes)}, got {part.kind!r}")
+    cls = classes[part.kind]
+    if cls is None:
+        accepted = set(_XL_MEMORY_PARAMS)
+    else:
+        sig = inspect.signature(cls.__init__).parameters
+        accepted = {n for n, p in sig.items() if p.kind is p.POSITIONAL_OR_KEYWORD} - {"self", *supplied}
+    unknown = sorted(set(part.params) - accepted)
+    if unknown:
+        raise ValueError(f"{field_name} {part.kind!r} does not take parameter(s) {unknown}; "
+                         f"it takes {sorted(accepted)}")
+
+
 @dataclass(frozen=True)
 class Part:
     """A registry-backed part: ``kind`` names the class, ``params`` its constructor arguments."""
@@ -69,12 +121,21 @@ class Part:
         return {"kind": self.kind, "params": dict(self.params)}
 
     @classmethod
-    def from_dict(cls, d) -> Part | None:
+    def from_dict(cls, d, where: str = "part") -> Part | None:
+        """``None``, a kind name, or ``{"kind": str, "params": dict}`` (``where`` names the field in errors)."""
         if d is None:
             return None
         if isinstance(d, str):
             return cls(d)
-        return cls(d["kind"], dict(d.get("params", {})))
+        if not isinstance(d, dict):
+            raise ValueError(f"{where} must be a kind name, a {{'kind', 'params'}} dict or null, got {d!r}")
+        _check_keys(where, d, ("kind", "params"))
+        if "kind" not in d:
+            raise ValueError(f"{where} needs a 'kind' (a registered name), got keys {sorted(d)}")
+        params = d.get("params", {})
+        if not isinstance(params, dict):
+            raise ValueError(f"{where}.params must be a dict of parameters, got {params!r}")
+        return cls(d["kind"], dict(params))
 
 
 @dataclass(frozen=True)
@@ -104,6 +165,7 @@ class RopeSpec:
             raise ValueError(f"rope.layout must be 'half' or 'interleaved', got {self.layout!r}")
         if self.dynamic not in ("query", "sequence"):
             raise ValueError(f"rope.dynamic must be 'query' or 'sequence', got {self.dynamic!r}")
+        _check_bool("rope.xpos", self.xpos)
         check_positive_int("rope.dynamic_step", self.dynamic_step)
         check_positive_int("rope.xpos_scale_base", self.xpos_scale_base)
         if self.scaling is not None:
@@ -135,6 +197,16 @@ class PositionScheme:
     softcap: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise ValueError(f"scheme name must be a string, got {self.name!r}")
+        _check_bool("logn", self.logn)
+        for name, typ in (("embedding", Part), ("rope", RopeSpec), ("bias", Part), ("relative", Part),
+                          ("mask", MaskSpec), ("remap", Part), ("memory", Part)):
+            value = getattr(self, name)
+            if not isinstance(value, typ) and not (value is None and name not in ("embedding", "mask")):
+                raise ValueError(f"scheme.{name} must be a {typ.__name__}, got {value!r}")
+            if isinstance(value, Part) and name in _PART_REGISTRIES:
+                _check_part(name, value)
         if self.train_len is not None:
             check_positive_int("train_len", self.train_len)
         if self.softcap is not None:
@@ -194,11 +266,11 @@ class PositionScheme:
         kw: dict[str, Any] = {}
         for k, v in d.items():
             if k in _PART_FIELDS:
-                kw[k] = Part.from_dict(v) if v is not None else (Part("nope") if k == "embedding" else None)
+                kw[k] = Part.from_dict(v, k) if v is not None else (Part("nope") if k == "embedding" else None)
             elif k == "rope":
-                kw[k] = RopeSpec(**v) if v is not None else None
+                kw[k] = _from_mapping(RopeSpec, "rope", v) if v is not None else None
             elif k == "mask":
-                kw[k] = MaskSpec(**v)
+                kw[k] = _from_mapping(MaskSpec, "mask", v)
             else:
                 kw[k] = v
         return cls(**kw)
@@ -208,7 +280,13 @@ class PositionScheme:
 
     @classmethod
     def from_json(cls, s: str) -> PositionScheme:
-        return cls.from_dict(json.loads(s))
+        if not isinstance(s, (str, bytes)):
+            raise ValueError(f"from_json needs a JSON string, got {type(s).__name__}")
+        try:
+            d = json.loads(s)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"scheme JSON is not valid JSON: {exc}") from None
+        return cls.from_dict(d)
 
     # ---------------------------------------------------------------- presets
     @staticmethod
@@ -221,10 +299,16 @@ class PositionScheme:
     @classmethod
     def preset(cls, name: str, **params) -> PositionScheme:
         """Build a preset. Inference-time methods apply to a default RoPE scheme (``train_len``
-        required); ``"a+b"`` composes methods in order."""
+        required); ``"a+b"`` composes methods in order (see :meth:`extend` for how parameters are
+        shared). Unknown names and parameters raise ``ValueError`` here, not at the first forward."""
+        names = _method_names(name, "preset name")
         if name in TRAINED:
-            return TRAINED[name][0](**params)
-        accepted = {a for m in name.split("+") if m.strip() in METHODS for a in METHODS[m.strip()][2]}
+            return _call_preset(name, TRAINED[name][0], params)
+        unknown = [m for m in names if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown preset {unknown[0]!r}; trained-in presets: {sorted(TRAINED)}; "
+                             f"inference-time methods (combine with '+'): {sorted(METHODS)}")
+        accepted = {a for m in names for a in METHODS[m][2]}
         base_keys = ("train_len", "layout") + (() if "base" in accepted else ("base",))
         base_kw = {k: params.pop(k) for k in base_keys if k in params}
         if "train_len" not in base_kw:
@@ -234,24 +318,25 @@ class PositionScheme:
 
     def extend(self, method: str, **params) -> PositionScheme:
         """Apply an inference-time method (or ``"a+b"``) to this scheme, keeping what it trained with.
-        Parameters are routed to the component that accepts them."""
-        names = [m.strip() for m in method.split("+") if m.strip()]
-        if not names:
-            raise ValueError("method must be a non-empty preset name")
+
+        Each parameter goes to *every* method of the composition that accepts it:
+        ``extend("sliding_window+streaming_llm", window=4)`` gives ``window=4`` to both. A parameter
+        that no method of the composition accepts raises ``ValueError``."""
+        names = [m for m in _method_names(method, "method") if m not in ("none", "default")]
         for m in names:
-            if m not in METHODS and m not in ("none", "default"):
+            if m not in METHODS:
                 raise ValueError(f"unknown method {m!r}; inference-time methods: {sorted(METHODS)}")
         scheme = self
-        remaining = dict(params)
+        used: set[str] = set()
         for m in names:
-            if m in ("none", "default"):
-                continue
-            fn = METHODS[m][0]
-            accepted = METHODS[m][2]
-            mine = {k: remaining.pop(k) for k in list(remaining) if k in accepted}
-            scheme = fn(scheme, **mine)
-        if remaining:
-            raise ValueError(f"parameters {sorted(remaining)} are not used by method {method!r}")
+            fn, _, accepted = METHODS[m]
+            mine = {k: v for k, v in params.items() if k in accepted}
+            used.update(mine)
+            scheme = _call_preset(m, fn, mine, scheme)
+        unused = sorted(set(params) - used)
+        if unused:
+            accepted = sorted({a for m in names for a in METHODS[m][2]})
+            raise ValueError(f"parameters {unused} are not used by method {method!r}; it takes {accepted}")
         name = method if self.name in ("rope", "custom") else f"{self.name}:{method}"
         return replace(scheme, name=name)
 
@@ -259,6 +344,26 @@ class PositionScheme:
         parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
                  if getattr(self, f.name) not in (None, False) and f.name != "name"]
         return f"{self.name}(" + ", ".join(parts) + ")"
+
+
+def _method_names(name, what: str) -> list[str]:
+    """``"a+b"`` -> ``["a", "b"]``; refuse a non-string or empty name with a ``ValueError``."""
+    if not isinstance(name, str):
+        raise ValueError(f"{what} must be a preset name string (see PositionScheme.presets()), got {name!r}")
+    names = [m.strip() for m in name.split("+") if m.strip()]
+    if not names:
+        raise ValueError(f"{what} must be a non-empty preset name, got {name!r}")
+    return names
+
+
+def _call_preset(name: str, fn: Callable[..., PositionScheme], params: dict, *scheme) -> PositionScheme:
+    """Call a preset factory; an unexpected keyword becomes a ``ValueError`` naming the preset."""
+    try:
+        return fn(*scheme, **params)
+    except TypeError as exc:
+        if "argument" not in str(exc):
+            raise
+        raise ValueError(f"preset {name!r} got an unknown or misplaced parameter: {exc}") from None
 
 
 # ===================================================================== trained-in presets
@@ -389,25 +494,31 @@ def _logn(scheme: PositionScheme):
     return replace(scheme, logn=True)
 
 
+def _positive_or_default(name: str, value, default: int) -> int:
+    """``None`` -> ``default``; else an integer >= 1 (0 is refused, never silently replaced)."""
+    return default if value is None else check_positive_int(name, value)
+
+
 def _mask_method(kind: str):
     def apply(scheme: PositionScheme, window=None, n_sinks=None, block=None, n_global=None, ceiling=None):
         L = _need_train_len(scheme, kind)
         m = scheme.mask
         if kind == "sliding_window":
-            m = replace(m, window=window or L)
+            m = replace(m, window=_positive_or_default(f"{kind}.window", window, L))
             return replace(scheme, mask=m)
         if kind == "bca":
-            return replace(scheme, mask=replace(m, block=block or L // 2))
+            return replace(scheme, mask=replace(m, block=_positive_or_default("bca.block", block, L // 2)))
         if kind == "lm_infinite":
             n_g = 10 if n_global is None else n_global
-            m = replace(m, window=window or L, n_sinks=n_g)
+            m = replace(m, window=_positive_or_default(f"{kind}.window", window, L), n_sinks=n_g)
             s = replace(scheme, mask=m)
             if scheme.rope is not None or scheme.bias is not None:
-                s = _remap_method("ceiling", lambda L: {"ceiling": L})(s, ceiling=ceiling or L)
+                ceiling = _positive_or_default(f"{kind}.ceiling", ceiling, L)
+                s = _remap_method("ceiling", lambda L: {"ceiling": L})(s, ceiling=ceiling)
             return s
         if kind == "streaming_llm":
             s_ = 4 if n_sinks is None else n_sinks
-            w = window or (L - s_)
+            w = _positive_or_default(f"{kind}.window", window, L - s_)
             m = replace(m, window=w, n_sinks=s_)
             s = replace(scheme, mask=m)
             if scheme.rope is not None or scheme.bias is not None:
