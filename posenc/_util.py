@@ -58,6 +58,8 @@ def as_positions(positions, batch: int | None = None, seq: int | None = None,
             raise ValueError("positions is None and seq is unknown")
         positions = torch.arange(seq, device=device)
     positions = torch.as_tensor(positions, device=device)
+    if positions.dtype == torch.bool:
+        raise ValueError("positions must be integers, got a bool tensor (True would count as position 1)")
     if positions.is_floating_point():
         raise ValueError("positions must be integers (they stay integers until multiplied by inv_freq)")
     positions = positions.long()

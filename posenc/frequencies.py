@@ -35,7 +35,8 @@ import torch
 
 from ._util import check_finite, check_positive_int
 
-__all__ = ["ROPE_SCALINGS", "RopeFrequencies", "is_dynamic", "rope_frequencies", "scaling_factor"]
+__all__ = ["ROPE_SCALINGS", "RopeFrequencies", "is_dynamic", "rope_frequencies", "scaling_factor",
+           "validate_rope_scaling"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def _ntk_base(base: float, scale: float, dim: int) -> float:
     """NTK-aware base ``base * scale ** (d/(d-2))``: divides the lowest frequency by exactly ``scale``."""
     if dim < 4:
         raise ValueError(f"rotary_dim must be >= 4 for NTK-style base scaling (exponent d/(d-2)), got {dim}")
-    new_base = base * scale ** (dim / (dim - 2))
+    log_base = math.log(base) + math.log(scale) * dim / (dim - 2)  # in logs: scale=1e300 must not overflow
+    new_base = math.exp(log_base) if log_base < 700 else math.inf
     if not math.isfinite(new_base):
         raise ValueError(f"NTK-scaled base {base} * {scale} ** (d/(d-2)) overflows; use a smaller base/scale")
     return new_base
@@ -430,9 +432,9 @@ def _parse(scaling) -> tuple[str, dict]:
     for key in _AT_LEAST_ONE_KEYS:
         if key in params:
             params[key] = check_finite(f"scaling[{key!r}]", params[key], minimum=1.0)
-    for key in ("mscale", "mscale_all_dim"):
+    for key in ("mscale", "mscale_all_dim"):  # 0.1 * mscale * ln(s) + 1 must stay >= 1: no negative scale
         if key in params:
-            params[key] = check_finite(f"scaling[{key!r}]", params[key])
+            params[key] = check_finite(f"scaling[{key!r}]", params[key], minimum=0.0)
     if "partial_rotary_factor" in params:
         params["partial_rotary_factor"] = _check_partial(params["partial_rotary_factor"],
                                                          "scaling['partial_rotary_factor']")
@@ -491,12 +493,54 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping | No
                          f"got head_dim={head_dim}, partial_rotary_factor={partial} -> {rotary_dim}")
     seq_len = _check_seq_len(seq_len)
     _require_seq_len(rope_type, seq_len)
+    return _compute(rope_type, params, head_dim, rotary_dim, base, seq_len)
+
+
+def _compute(rope_type: str, params: dict, head_dim: int, rotary_dim: int, base: float,
+             seq_len: int | None) -> RopeFrequencies:
     out = ROPE_SCALINGS[rope_type](head_dim, rotary_dim, base, params, seq_len)
     inv_freq = out.inv_freq
     if not bool(torch.isfinite(inv_freq).all()) or bool((inv_freq < 0).any()):
         raise ValueError(f"rope_type {rope_type!r} with base={base} and rotary_dim={rotary_dim} gives "
                          "non-finite or negative frequencies; use a base in a sane range (e.g. 10 .. 1e9)")
+    if not (math.isfinite(out.attention_scale) and out.attention_scale > 0):
+        raise ValueError(f"rope_type {rope_type!r} gives attention scale {out.attention_scale}; "
+                         "scaling['attention_factor'] / mscale must give a finite scale > 0")
     return RopeFrequencies(inv_freq.to(torch.float32), float(out.attention_scale))
+
+
+def validate_rope_scaling(scaling: Mapping | None, head_dim: int | None = None, base: float = 10000.0,
+                          partial_rotary_factor: float = 1.0) -> dict:
+    """Check a HF-style ``rope_scaling`` dict completely, before anything uses it; return it normalised.
+
+    Refuses (``ValueError`` naming the key and its allowed range): a non-dict, an unknown ``rope_type``
+    or key, a missing required key, NaN/inf, ``factor`` < 1, ``low_freq_factor >= high_freq_factor``,
+    ``beta_fast <= beta_slow``, a negative ``mscale``, LongRoPE ``short_factor``/``long_factor`` lists
+    whose lengths differ (or, with ``head_dim``, are not ``rotary_dim // 2`` long), and values whose
+    frequencies overflow. It runs the schedule itself at the lengths that choose its branches, so a
+    config accepted here is one :func:`rope_frequencies` accepts. Without ``head_dim`` the rotary
+    dimension is taken from the LongRoPE lists (else 64). Returns ``{"rope_type": ..., **params}``
+    with None values dropped; ``{"rope_type": "default"}`` for ``None``.
+    """
+    rope_type, params = _parse(scaling)
+    base = check_finite("base", params.get("rope_theta", base), minimum=0.0, strict_min=True)
+    if head_dim is None:
+        rotary_dim = 2 * len(params.get("short_factor", ())) or 64
+        head_dim = rotary_dim
+    else:
+        head_dim = check_positive_int("head_dim", head_dim)
+        partial = params.get("partial_rotary_factor", _check_partial(partial_rotary_factor))
+        rotary_dim = int(head_dim * partial)
+        if rotary_dim < 2 or rotary_dim % 2:
+            raise ValueError(f"rotary_dim = int(head_dim * partial_rotary_factor) must be an even integer >= 2, "
+                             f"got head_dim={head_dim}, partial_rotary_factor={partial} -> {rotary_dim}")
+    lengths: tuple[int | None, ...] = (None,)
+    if rope_type in _DYNAMIC:
+        trained = _trained_len(params, rope_type)
+        lengths = (trained, trained + 1)  # inside and beyond the trained length (longrope: short and long)
+    for seq_len in lengths:
+        _compute(rope_type, params, head_dim, rotary_dim, base, seq_len)
+    return {"rope_type": rope_type, **{k: v for k, v in params.items() if k not in ("rope_type", "type")}}
 
 
 def is_dynamic(scaling: Mapping | None) -> bool:

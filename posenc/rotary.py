@@ -56,6 +56,15 @@ def _check_layout(layout) -> str:
     return layout
 
 
+def _check_x(x) -> None:
+    """``x`` must be a floating ``[B, H, N, D]`` tensor: an integer one would truncate the rotated values."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a tensor [batch, heads, seq, head_dim], got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor (float32/float16/bfloat16/float64), got {x.dtype}")
+
+
 def _check_inv_freq(inv_freq) -> torch.Tensor:
     if not isinstance(inv_freq, torch.Tensor):
         inv_freq = torch.as_tensor(inv_freq, dtype=torch.float64)
@@ -223,8 +232,7 @@ def apply_rope_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, la
     ``promote_types(x.dtype, cos.dtype)`` and returns ``x.dtype``.
     """
     _check_layout(layout)
-    if x.dim() != 4:
-        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    _check_x(x)
     if cos.shape != sin.shape or cos.dim() != 4:
         raise ValueError(f"cos and sin must both be [B, 1, N, rotary_dim // 2], got {tuple(cos.shape)} "
                          f"and {tuple(sin.shape)}")
@@ -270,8 +278,7 @@ def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str =
     """
     _check_layout(layout)
     inv_freq = _check_inv_freq(inv_freq)
-    if x.dim() != 4:
-        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    _check_x(x)
     _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)  # [B or 1, N]; [1, N] broadcasts
     if pos.shape[0] not in (1, x.shape[0]):
@@ -289,8 +296,7 @@ def apply_rope_(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str 
     """
     _check_layout(layout)
     inv_freq = _check_inv_freq(inv_freq)
-    if x.dim() != 4:
-        raise ValueError(f"x must be [batch, heads, seq, head_dim], got shape {tuple(x.shape)}")
+    _check_x(x)
     rot = _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)
     if pos.shape[0] not in (1, x.shape[0]):
