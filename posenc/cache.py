@@ -9,10 +9,15 @@ engine rotates, remaps, biases and masks at read time, so decoding with the cach
 function as one full forward over the same tokens, for every scheme (biases such as ALiBi, T5 and
 KERPLE included: they are evaluated on the stored positions at every step).
 
-Layout, per layer ``l``: ``k[l], v[l]`` are preallocated ``[B, Hk, capacity, D]``; shared by all
+Layout, per layer ``l``: ``k[l], v[l]`` are ``[B, Hk, capacity, D]``; shared by all
 layers: ``positions [B, capacity]`` (long) and ``valid [B, capacity]`` (bool, False for padding and
-empty slots). Slots ``0 .. length-1`` are live. The buffers grow by doubling (amortised O(1) per
-token, never an O(N^2) chain of ``torch.cat``).
+empty slots). Slots ``0 .. length-1`` are live. The buffers start empty, are sized to the first chunk
+and grow by doubling (amortised O(1) per token, never an O(N^2) chain of ``torch.cat``), capped at
+what the mask can keep: a huge window costs memory only for the tokens actually cached.
+
+Positions must increase: every real (non-padding) token of a row must come after the ones the row
+already holds and after the earlier tokens of its chunk; a position that goes backwards or repeats
+raises ``ValueError`` (the cache would otherwise hold two keys at one position).
 
 Eviction: after all layers have read a chunk, :meth:`KVCache.advance` asks the scheme's mask which
 keys no future query can see (``MaskSpec.never_visible_again``: sliding window, LM-Infinite's
@@ -37,6 +42,9 @@ import hashlib
 import torch
 
 from posenc._util import check_positive_int
+
+
+_MIN_CAPACITY = 16  # first allocation for token-by-token decoding (then doubling)
 
 
 def _fingerprint(model) -> str:
@@ -80,7 +88,7 @@ class KVCache:
         self.max_len = max_len
         self.dtype, self.device = dtype, device
         self.fingerprint, self.model_id = fingerprint, model_id
-        cap = initial_capacity or (self.bound + 1 if self.bound is not None else 64)
+        cap = 0 if initial_capacity is None else check_positive_int("initial_capacity", initial_capacity)
         if max_len is not None:
             cap = min(cap, max_len)
         self.capacity = 0
@@ -139,7 +147,7 @@ class KVCache:
                              f"(prefill_chunk)")
         if needed <= self.capacity:
             return
-        cap = max(needed, 2 * self.capacity)
+        cap = max(needed, 2 * self.capacity, _MIN_CAPACITY)
         if self.bound is not None:
             cap = max(needed, min(cap, self.bound + n_new))
         if self.max_len is not None:
@@ -173,6 +181,7 @@ class KVCache:
                              f"Hk={self.n_kv_heads}, *, D={self.head_dim}]")
         if layer == 0:
             self._pending = 0  # a chunk never committed (its forward raised) is overwritten
+            self._check_increasing(positions, key_mask)
             self._reserve(N)
             s = self.length
             self.positions[:, s:s + N] = positions
@@ -185,6 +194,20 @@ class KVCache:
         self.v[layer][:, :, s:e] = v.to(self.dtype)
         self.peak_length = max(self.peak_length, e)
         return self.k[layer][:, :, :e], self.v[layer][:, :, :e], self.positions[:, :e], self.valid[:, :e]
+
+    def _check_increasing(self, positions: torch.Tensor, key_mask: torch.Tensor | None) -> None:
+        """``ValueError`` if a real token's position is not after every earlier real token of its row."""
+        positions = torch.as_tensor(positions).long().expand(self.batch_size, -1)  # [B, N]
+        ok = torch.ones_like(positions, dtype=torch.bool) if key_mask is None else key_mask.bool()
+        before = torch.full_like(positions[:, :1], -1) if self._next is None else self._next[:, None] - 1
+        seen = torch.where(ok, positions, torch.full_like(positions, -1)).cummax(dim=1).values  # [B, N]
+        previous = torch.cat((before, seen[:, :-1].maximum(before)), dim=1)  # latest real position before
+        bad = ok & (positions <= previous)
+        if bool(bad.any()):
+            row, col = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"positions must increase in a KV cache: row {row} got position "
+                             f"{int(positions[row, col])} after position {int(previous[row, col])}; "
+                             "call cache.reset() (or build a new cache) to start a new sequence")
 
     def advance(self, positions: torch.Tensor) -> None:
         """Commit the chunk every layer has appended, then evict keys no later query can see."""
