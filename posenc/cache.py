@@ -43,7 +43,6 @@ import torch
 
 from posenc._util import check_positive_int
 
-
 _MIN_CAPACITY = 16  # first allocation for token-by-token decoding (then doubling)
 
 

@@ -119,6 +119,25 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def _optimizer_class(optimizer) -> str:
+    cls = type(optimizer)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_optimizer(optimizer, meta: dict, path: Path) -> None:
+    """Refuse to resume one optimizer's state into another class (torch would load it silently)."""
+    saved = meta.get("class")
+    if saved is not None and saved != _optimizer_class(optimizer):
+        raise ValueError(f"{path} holds the state of optimizer {saved}, not {_optimizer_class(optimizer)}; "
+                         f"resume with the same optimizer class (or start a new run)")
+    groups = meta.get("param_groups") or [{}]
+    own = optimizer.state_dict()["param_groups"] or [{}]
+    saved_keys, own_keys = set(groups[0]) - {"params"}, set(own[0]) - {"params"}
+    if saved_keys != own_keys:  # checkpoints without "class": the hyper-parameter names tell
+        raise ValueError(f"{path} holds optimizer hyper-parameters {sorted(saved_keys)}, but the optimizer "
+                         f"to resume has {sorted(own_keys)}: another optimizer class; resume with the same one")
+
+
 def rng_states() -> dict[str, torch.Tensor]:
     """Current torch RNG states as uint8 tensors (CPU, and every CUDA device when CUDA is initialised)."""
     out = {"rng.torch": torch.get_rng_state()}
@@ -155,6 +174,7 @@ def save_checkpoint(run_dir, model: TinyLM, cfg: LMConfig, train_state: dict | N
         meta = {"train_state": dict(train_state or {}), "optimizer": None}
         if optimizer is not None:
             opt_tensors, opt_meta = _flatten_optimizer(optimizer.state_dict())
+            opt_meta["class"] = _optimizer_class(optimizer)
             tensors.update(opt_tensors)
             meta["optimizer"] = opt_meta
         files[STATE_FILE] = st_save(tensors, metadata={"format": FORMAT})
@@ -186,6 +206,21 @@ def read_config(run_dir) -> dict:
     if not isinstance(config, dict) or "scheme" not in config:
         raise ValueError(_fix(path, "does not hold a model config (no 'scheme' key)"))
     return config
+
+
+def tokenizer_spec(config: dict) -> tuple[str, dict]:
+    """``(name, options)`` of the tokenizer a run's ``config.json`` records (``tokenizer`` or
+    ``extra.tokenizer``: a name such as ``"byte"`` or ``{"name": ..., **options}``); ``"byte"`` if none."""
+    extra = config.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"config.json 'extra' must be an object, got {extra!r}")
+    tok = config.get("tokenizer") or extra.get("tokenizer") or "byte"
+    if isinstance(tok, str):
+        return tok, {}
+    if isinstance(tok, dict) and isinstance(tok.get("name", "byte"), str):
+        options = dict(tok)
+        return options.pop("name", "byte"), options
+    raise ValueError(f"config.json extra.tokenizer must be a tokenizer name or an object with a 'name', got {tok!r}")
 
 
 def lm_config(config: dict) -> LMConfig:
@@ -266,6 +301,7 @@ def load_checkpoint(run_dir, model: TinyLM | None = None, optimizer=None, *, res
         if optimizer is not None:
             if meta.get("optimizer") is None:
                 raise ValueError(f"{run_dir / STATE_JSON} holds no optimizer state; cannot resume the optimizer")
+            _check_optimizer(optimizer, meta["optimizer"], run_dir / STATE_JSON)
             optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
         if restore_rng:
             set_rng_states(tensors)

@@ -396,9 +396,12 @@ TOKENIZERS: dict[str, Callable] = {"byte": ByteTokenizer, "bpe": _make_bpe}
 def make_tokenizer(name: str = "byte", **kwargs):
     """Tokenizer by name: ``byte`` (``bos=True``) or ``bpe`` (``path=`` to load, or ``texts=``,
     ``vocab_size=4096`` to train)."""
-    if name not in TOKENIZERS:
+    if not isinstance(name, str) or name not in TOKENIZERS:
         raise ValueError(f"tokenizer must be one of {sorted(TOKENIZERS)}, got {name!r}")
-    return TOKENIZERS[name](**kwargs)
+    try:
+        return TOKENIZERS[name](**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"tokenizer {name!r} does not take options {sorted(kwargs)} ({exc})") from None
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -195,13 +195,13 @@ def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[in
                         device: str = "cpu", **kw) -> list[dict]:
     """:func:`evaluate_model` on a saved run, on the ``split`` of ``corpus`` (default: the corpus it was
     trained on) prepared with the run's tokenizer. Each record also gets ``run_dir``, ``corpus``, ``split``."""
-    from posenc.checkpoint import load_model, read_config
+    from posenc.checkpoint import load_model, read_config, tokenizer_spec
     from posenc.data import prepare
 
     config = read_config(run_dir)
-    extra = config.get("extra", {})
+    tok_name, _ = tokenizer_spec(config)
+    extra = config.get("extra") or {}
     corpus = corpus or extra.get("corpus") or "gutenberg"
-    tok_name = (extra.get("tokenizer") or {}).get("name", "byte")
     model = load_model(run_dir, device=device)
     data = prepare(corpus, tok_name)
     if data.vocab_size != model.cfg.vocab_size:

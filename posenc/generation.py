@@ -20,7 +20,6 @@ CLI: ``posenc generate RUN_DIR --prompt TEXT [--method NAME --param k=v] [--stre
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -105,7 +104,7 @@ def generate(model, input_ids: torch.Tensor, max_new_tokens: int, attention_mask
     ``use_cache=False`` recomputes the whole sequence every step (the reference the cache is tested
     against). ``max_len`` caps the cache (``ValueError`` if the scheme needs more)."""
     mask = _check_prompt(input_ids, attention_mask)
-    check_positive_int("max_new_tokens", max_new_tokens, minimum=0)
+    check_positive_int("max_new_tokens", max_new_tokens)
     check_finite("temperature", temperature, minimum=0.0)
     if top_k is not None:
         check_positive_int("top_k", top_k)
@@ -251,46 +250,16 @@ def stream_tokens(model, token_iter: Iterable[int], chunk: int = 64, output: str
 
 # ====================================================================== CLI
 def _load_run(run_dir: str):
-    """(model, tokenizer) from a run directory: ``posenc.checkpoint.load_model`` when present."""
+    """(model, tokenizer) of a run directory written by ``posenc train`` (``posenc.checkpoint``)."""
+    from posenc.checkpoint import load_model, read_config, tokenizer_spec
     from posenc.data import make_tokenizer
 
-    path = Path(run_dir)
-    cfg_file = path / "config.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
-    try:
-        from posenc.checkpoint import load_model
-    except ModuleNotFoundError as exc:
-        if exc.name != "posenc.checkpoint":
-            raise
-        load_model = None
-    if load_model is not None:
-        model = load_model(run_dir)
-    else:  # fallback: LMConfig (alone or under "model") + model.safetensors / model.pt
-        from posenc.model import LMConfig, TinyLM
-
-        d = cfg.get("model", cfg)
-        if "scheme" not in d:
-            raise ValueError(f"{cfg_file} holds no model config (LMConfig with a scheme)")
-        model = TinyLM(LMConfig.from_dict({k: v for k, v in d.items() if k in LMConfig.__dataclass_fields__}))
-        if (path / "model.safetensors").is_file():
-            from safetensors.torch import load_file
-
-            model.load_state_dict(load_file(str(path / "model.safetensors")))
-        elif (path / "model.pt").is_file():
-            model.load_state_dict(torch.load(path / "model.pt", map_location="cpu"))
-        else:
-            raise ValueError(f"no model.safetensors in {run_dir}")
-    extra = cfg.get("extra") if isinstance(cfg.get("extra"), dict) else {}
-    tok = cfg.get("tokenizer") or extra.get("tokenizer") or "byte"
-    if isinstance(tok, dict):
-        tok = dict(tok)
-        name = tok.pop("name", "byte")
-        if "path" in tok and not os.path.isabs(tok["path"]):
-            tok["path"] = str(path / tok["path"])
-        tokenizer = make_tokenizer(name, **tok)
-    else:
-        tokenizer = make_tokenizer(tok)
-    return model.eval(), tokenizer
+    config = read_config(run_dir)
+    model = load_model(run_dir)
+    name, options = tokenizer_spec(config)
+    if isinstance(options.get("path"), str) and not os.path.isabs(options["path"]):
+        options["path"] = str(Path(run_dir) / options["path"])
+    return model.eval(), make_tokenizer(name, **options)
 
 
 def add_parser(sub) -> None:

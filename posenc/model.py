@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from posenc._util import as_positions, check_positive_int
+from posenc._util import as_positions, check_finite, check_positive_int
 from posenc.attention import PositionalAttention
 from posenc.scheme import PositionScheme
 
@@ -41,6 +41,14 @@ class LMConfig:
     def __post_init__(self):
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "train_len", "mlp_ratio"):
             check_positive_int(f"LMConfig.{name}", getattr(self, name))
+        check_finite("LMConfig.dropout", self.dropout, minimum=0.0, maximum=1.0)
+        if self.dropout == 1.0:
+            raise ValueError("LMConfig.dropout must be in [0, 1), got 1.0 (every activation dropped)")
+        if self.n_kv_heads is not None:
+            check_positive_int("LMConfig.n_kv_heads", self.n_kv_heads)
+            if self.n_heads % self.n_kv_heads:
+                raise ValueError(f"LMConfig.n_heads ({self.n_heads}) must be a multiple of n_kv_heads "
+                                 f"({self.n_kv_heads})")
         if self.dim % self.n_heads:
             raise ValueError(f"LMConfig.dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
         if not isinstance(self.scheme, PositionScheme):
@@ -53,6 +61,14 @@ class LMConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> LMConfig:
+        if not isinstance(d, dict):
+            raise ValueError(f"model config must be a dict, got {type(d).__name__}")
+        known = [f.name for f in fields(cls)]
+        unknown, missing = sorted(set(d) - set(known)), [f.name for f in fields(cls)
+                                                         if f.name not in d and f.default is MISSING]
+        if unknown or missing:
+            raise ValueError(f"model config has unknown fields {unknown} / lacks fields {missing}; "
+                             f"fields: {known}")
         d = dict(d)
         d["scheme"] = PositionScheme.from_dict(d["scheme"])
         return cls(**d)
@@ -133,6 +149,7 @@ class TinyLM(nn.Module):
         """``input_ids [B,N]`` -> logits ``[B,N,V]``. With ``cache`` (see :mod:`posenc.cache`), the
         tokens are appended after what the cache holds and positions continue from it.
         ``attention_mask [B,N]`` (1 = token, 0 = padding) hides padding keys."""
+        self._check_input_ids(input_ids)
         B, N = input_ids.shape
         if positions is None:
             start = cache.next_positions() if cache is not None else None
@@ -158,6 +175,19 @@ class TinyLM(nn.Module):
         if cache is not None:
             cache.advance(positions)
         return F.linear(self.norm(x), self.tok.weight)  # tied head
+
+    def _check_input_ids(self, input_ids) -> None:
+        """Token ids must be an integer ``[B, N]`` tensor with B, N >= 1 and every id in [0, vocab_size)."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point() \
+                or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must be an integer tensor [batch, seq], got "
+                             f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} "
+                             f"{tuple(getattr(input_ids, 'shape', ()))}")
+        if input_ids.numel() == 0:
+            raise ValueError(f"input_ids must hold at least one row and one token, got shape {tuple(input_ids.shape)}")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.cfg.vocab_size:
+            raise ValueError(f"input_ids must be in [0, vocab_size={self.cfg.vocab_size}), got ids from {lo} to {hi}")
 
     def _forward_xl(self, x, positions, seg: int, impl):
         """Segment-level recurrence: segments of ``seg`` tokens; layer l of segment s attends to
