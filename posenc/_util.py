@@ -21,6 +21,22 @@ def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
     return value
 
 
+def check_device(name: str, value) -> str:
+    """Return ``value`` (a device string) if torch knows it and it is available here, else ``ValueError``."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name} must be a torch device such as 'cpu', 'cuda' or 'cuda:1', got {value!r}") from None
+    available = {"cpu": lambda: True, "meta": lambda: True, "cuda": torch.cuda.is_available,
+                 "mps": lambda: bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()}
+    if not available.get(device.type, lambda: False)():
+        raise ValueError(f"{name} {value!r} is not available on this machine (torch.{device.type} reports no "
+                         f"device); use 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"{name} {value!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return str(value)
+
+
 def check_even_int(name: str, value, why: str = "dimension pairs") -> int:
     """Return ``value`` as an even int >= 2, or raise ``ValueError`` naming the parameter."""
     value = check_positive_int(name, value, minimum=2)

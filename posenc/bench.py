@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from posenc._util import check_device, check_positive_int
 from posenc.report import REQUIRED_KEYS, markdown_tables, shape_checks, write_report
 
 __all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "add_parser"]
@@ -253,6 +254,9 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
         preset = PRESETS[preset]
     if corpus is not None:
         preset = replace(preset, corpus=corpus)
+    check_device("device", device)
+    if threads is not None:
+        check_positive_int("threads", threads)
     threads = threads if threads is not None else preset.threads
     old_threads = torch.get_num_threads()
     if threads:

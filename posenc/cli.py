@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> module that defines add_parser(subparsers). Imported lazily so `posenc --help`
@@ -37,7 +38,24 @@ def build_parser(names=None) -> argparse.ArgumentParser:
     return parser
 
 
+# Errors a user's input can cause: printed as one line, exit status 2 (POSENC_DEBUG=1 re-raises them).
+USER_ERRORS = (ValueError, TypeError, OSError, ModuleNotFoundError)
+
+
 def main(argv=None) -> int:
+    """Run one subcommand. A bad value prints ``posenc: error: <message>`` (one line, no traceback) on
+    stderr and returns 2; set ``POSENC_DEBUG=1`` to get the traceback instead."""
+    try:
+        return _run(argv)
+    except USER_ERRORS as exc:
+        if os.environ.get("POSENC_DEBUG", "") not in ("", "0"):
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__  # one line
+        print(f"posenc: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _run(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     names = None
     if argv and argv[0] in SUBCOMMANDS:
@@ -51,12 +69,7 @@ def main(argv=None) -> int:
         handler.setFormatter(logging.Formatter("[posenc] %(message)s"))
         logging.getLogger("posenc").addHandler(handler)
         logging.getLogger("posenc").setLevel(logging.INFO)
-    try:
-        result = args.func(args)
-    except ValueError as exc:
-        print(f"posenc {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    return int(result or 0)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
+from posenc._util import check_device, check_positive_int
 from posenc.metrics import evaluate_lm
 from posenc.model import TinyLM
+from posenc.scheme import METHODS
 
 _FACTOR_METHODS = ("pi", "ntk", "ntk_mixed", "yarn", "llama3")
 PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
@@ -137,6 +139,27 @@ def _passkey_rate(logits_fn, tokenizer, eval_len: int, n_trials: int, seed: int)
     return sum(c["accuracy"] for c in cells) / len(cells)
 
 
+def check_eval_args(lengths: Sequence[int], methods: Sequence[str] = (), mode: str = "nonoverlap",
+                    max_windows: int | None = None, batch_size: int = 1) -> None:
+    """``ValueError`` for a setting that would otherwise only turn every record into an error row:
+    a length or batch size < 1, ``max_windows`` < 1, an unknown mode, or an unknown method name."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise ValueError(f"lengths must be a list of integers >= 1, got {lengths!r}")
+    for n in lengths:
+        check_positive_int("eval length", n)
+    check_positive_int("batch_size", batch_size)
+    if max_windows is not None:
+        check_positive_int("max_windows", max_windows)
+    if mode not in ("nonoverlap", "sliding"):
+        raise ValueError(f"mode must be 'nonoverlap' or 'sliding', got {mode!r}")
+    for method in methods:
+        names = [m.strip() for m in str(method).split("+")]
+        unknown = [m for m in names if m not in METHODS and m != "none"]
+        if not isinstance(method, str) or unknown:
+            raise ValueError(f"unknown method {method!r}; inference-time methods (combine with '+'): "
+                             f"{sorted(METHODS)}")
+
+
 def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Sequence[str] = (),
                    mode: str = "nonoverlap", max_windows: int | None = None, batch_size: int = 1,
                    passkey: bool = False, tokenizer=None, progress: bool = True, *, passkey_trials: int = 2,
@@ -149,6 +172,7 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
     A method raising ``ValueError`` (it does not apply, or a learned table is too short) is reported
     ``not_applicable`` with the message as ``note``.
     """
+    check_eval_args(lengths, methods, mode, max_windows, batch_size)
     if passkey and tokenizer is None:
         raise ValueError("passkey=True needs the tokenizer the model was trained with")
     methods = ["none"] + [m for m in methods if m != "none"]
@@ -198,6 +222,8 @@ def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[in
     from posenc.checkpoint import load_model, read_config, tokenizer_spec
     from posenc.data import prepare
 
+    check_eval_args(lengths, methods, mode, max_windows, batch_size)
+    check_device("device", device)
     config = read_config(run_dir)
     tok_name, _ = tokenizer_spec(config)
     extra = config.get("extra") or {}
@@ -273,6 +299,7 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
 
 
 def _cli(args: argparse.Namespace) -> int:
+    check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
     if args.hf_model:
         records = _evaluate_hf(args)
     else:

@@ -284,8 +284,10 @@ def add_parser(sub) -> None:
 def _cli(args: argparse.Namespace) -> int:
     from posenc.scheme import parse_params
 
-    model, tokenizer = _load_run(args.ckpt)
+    check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded
+    check_positive_int("--chunk", args.chunk)
     params = parse_params(args.param)
+    model, tokenizer = _load_run(args.ckpt)
     if args.stream:
         method = args.method or "streaming_llm"
         model = model.with_scheme(method, **params)

@@ -24,7 +24,10 @@ def _import_run_all():
 
 def run(args) -> int:
     run_all = _import_run_all()
-    only = [s for s in (args.only or "").split(",") if s] or None
+    only = [s.strip() for s in (args.only or "").split(",") if s.strip()] or None
+    unknown = sorted(set(only or ()) - set(run_all.MODULES))
+    if unknown:
+        raise ValueError(f"--only: unknown benchmark(s) {unknown}; known: {', '.join(run_all.MODULES)}")
     res = run_all.run_all(quick=args.quick, out=args.out, only=only)
     return 1 if any("error" in r for r in res.values()) else 0
 

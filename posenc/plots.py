@@ -33,7 +33,8 @@ def _save(fig, path) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise ValueError(f"out must be a .png file, got {str(path)!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # never create folders (a typo would make them from the root)
+        raise ValueError(f"out folder {str(path.parent)!r} does not exist; create it first")
     fig.savefig(path, dpi=110)
     return path
 

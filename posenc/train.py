@@ -38,6 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc import checkpoint as ckpt
+from posenc._util import check_device
 from posenc.model import LMConfig, TinyLM
 from posenc.scheme import METHODS, PositionScheme, parse_params
 
@@ -89,6 +90,7 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"TrainConfig.{name} must be a finite number >= 0, got {v!r}")
+        check_device("TrainConfig.device", self.device)
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= lr ({self.lr})")
 
@@ -207,6 +209,8 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     from posenc.data import get_batch, prepare
 
+    if cfg.init is None:
+        resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
     run_dir = Path(cfg.out_dir)
     rank, world, local_rank = _dist_env()
     started_dist = False

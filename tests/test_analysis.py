@@ -155,6 +155,7 @@ def _is_png(path) -> bool:
 
 def test_plots_write_png(tmp_path):
     assert _is_png(plot_decay(tmp_path / "decay.png", head_dim=32, max_distance=200))
+    (tmp_path / "sub").mkdir()
     assert _is_png(plot_rotations(tmp_path / "sub" / "rot.png", head_dim=64, train_len=2048))
     assert _is_png(plot_frequencies(tmp_path / "freq.png", head_dim=64, train_len=1024, factor=4))
     with pytest.raises(ValueError, match="png"):
