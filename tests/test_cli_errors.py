@@ -1,0 +1,209 @@
+"""Every ``posenc`` subcommand answers a bad value with ONE line ``posenc: error: <message>`` on stderr and
+exit status 2, no traceback (issue 16). Most cases call ``posenc.cli.main`` in-process (fast); a few run
+the real command in a subprocess to prove there is no traceback and that ``POSENC_DEBUG=1`` gives one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc import checkpoint as ckpt
+from posenc import cli
+from posenc.model import LMConfig, TinyLM
+from posenc.scheme import PositionScheme
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny byte-level checkpoint (vocab 257) written the way `posenc train` writes one."""
+    torch.manual_seed(0)
+    cfg = LMConfig(vocab_size=257, dim=16, n_layers=1, n_heads=2, scheme=PositionScheme.preset("rope", train_len=16),
+                   train_len=16)
+    path = tmp_path_factory.mktemp("cli") / "run"
+    ckpt.save_checkpoint(path, TinyLM(cfg), cfg, {"step": 1, "finished": True},
+                         extra={"tokenizer": {"name": "byte", "bos": True}, "corpus": "stdlib"})
+    return path
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    rc = cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if not ln.startswith("[posenc]")]  # INFO progress lines
+    return rc, "\n".join(lines)
+
+
+def assert_one_line_error(rc, err, match):
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("posenc: error: "), err
+    assert "Traceback" not in err
+    assert match in err, err
+
+
+NO = "/nonexistent/posenc-run"
+CASES = [
+    # schemes
+    (["schemes", "rope", "--param", "bogus=1"], "unexpected keyword argument 'bogus'"),
+    (["schemes", "alibi", "--param", "bogus=1"], "bias 'alibi' does not take parameter(s) ['bogus']"),
+    (["schemes", "ropee"], "unknown preset 'ropee'"),
+    (["schemes", "sliding_window", "--train-len", "64", "--param", "window=0"],
+     "sliding_window.window must be an integer >= 1, got 0"),
+    (["schemes", "bca", "--train-len", "64", "--param", "block=0"], "bca.block must be an integer >= 1, got 0"),
+    (["schemes", "yarn", "--train-len", "64", "--param", "factor=0.5"], "yarn.factor must be >= 1.0, got 0.5"),
+    (["schemes", "yarn", "--train-len", "64", "--param", 'factor="4"'], "yarn.factor must be a finite number"),
+    (["schemes", "yarn", "--train-len", "64", "--param", "factor"], "--param expects KEY=VALUE"),
+    (["schemes", "yarn"], "pass train_len"),
+    # train (nothing may be written)
+    (["train", "--out", NO, "--param", "bogus=1", "--steps", "1"], "unexpected keyword argument 'bogus'"),
+    (["train", "--out", NO, "--scheme", "alibi", "--param", "bogus=1"], "does not take parameter(s) ['bogus']"),
+    (["train", "--out", NO, "--scheme", "superrope"], "unknown preset 'superrope'"),
+    (["train", "--out", NO, "--device", "bogus"], "TrainConfig.device must be a torch device"),
+    (["train", "--out", NO, "--steps", "0"], "TrainConfig.steps must be a positive integer, got 0"),
+    (["train", "--out", NO, "--lr", "nan"], "TrainConfig.lr must be a finite number"),
+    (["train", "--out", NO, "--corpus", "/nonexistent/corpus.txt", "--steps", "1"],
+     "corpus must be one of"),
+    # perf
+    (["perf", "--only", "bogus"], "--only: unknown benchmark(s) ['bogus']"),
+    # eval (checked before the checkpoint or the corpus is read)
+    (["eval", NO, "--methods", "superrope"], "unknown method 'superrope'"),
+    (["eval", NO, "--lengths", "0"], "eval length must be an integer >= 1, got 0"),
+    (["eval", NO, "--lengths", "64", "-5"], "eval length must be an integer >= 1, got -5"),
+    (["eval", NO, "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
+    (["eval", NO, "--max-windows", "-1"], "max_windows must be an integer >= 1, got -1"),
+    (["eval", NO, "--device", "bogus"], "device must be a torch device"),
+    (["eval", NO], "is not a posenc checkpoint folder"),
+    (["eval"], "give a checkpoint folder"),
+    # plot
+    (["plot", "decay", "--out", "/nonexistent/dir/x.png"], "out folder '/nonexistent/dir' does not exist"),
+    (["plot", "decay", "--out", "/tmp/x.jpg"], "out must be a .png file"),
+    (["plot", "rotations", "--out", "/tmp/x.png", "--head-dim", "0"], "head-dim must be an integer >= 2"),
+    # generate / bench
+    (["generate", NO, "--prompt", "hi"], "is not a posenc checkpoint folder"),
+    (["generate", NO, "--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
+    (["generate", NO, "--prompt", "hi", "--max-new-tokens", "-2"], "--max-new-tokens must be an integer >= 1"),
+    (["generate", NO, "--prompt", "hi", "--param", "x"], "--param expects KEY=VALUE"),
+    (["bench", "--out", NO, "--device", "bogus"], "device must be a torch device"),
+    (["bench", "--out", NO, "--threads", "0"], "threads must be an integer >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("argv, match", CASES, ids=[" ".join(c[0][:4]) for c in CASES])
+def test_bad_values_print_one_line_and_exit_2(argv, match, capsys):
+    rc, err = run_cli(argv, capsys)
+    assert_one_line_error(rc, err, match)
+    assert not Path(NO).exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("argv", [["train", "--out", NO], ["eval", NO], ["bench", "--out", NO]])
+def test_cuda_without_cuda_is_a_clear_error(argv, capsys):
+    rc, err = run_cli(argv + ["--device", "cuda"], capsys)
+    assert_one_line_error(rc, err, "'cuda' is not available on this machine")
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--method", "superrope"], "unknown method 'superrope'"),
+    (["--method", "yarn", "--param", "factor=0"], "yarn.factor must be >= 1.0, got 0"),
+    (["--param", "factor=2"], "--param needs --method"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
+    (["--stream", "--chunk", "0"], "--chunk must be an integer >= 1"),
+])
+def test_generate_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
+    rc, err = run_cli(["generate", run_dir, "--prompt", "hi", *extra], capsys)
+    assert_one_line_error(rc, err, match)
+
+
+def test_generate_on_a_real_checkpoint_still_works(run_dir, capsys):
+    assert cli.main(["generate", str(run_dir), "--prompt", "hi", "--max-new-tokens", "2"]) == 0
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--methods", "superrope"], "unknown method 'superrope'"),
+    (["--methods", "yarn+nope"], "unknown method 'yarn+nope'"),
+    (["--lengths", "0"], "eval length must be an integer >= 1, got 0"),
+])
+def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
+    rc, err = run_cli(["eval", run_dir, *extra], capsys)
+    assert_one_line_error(rc, err, match)
+
+
+def test_train_with_a_mistyped_scheme_json_is_refused(tmp_path, capsys):
+    scheme = tmp_path / "scheme.json"
+    scheme.write_text(json.dumps({"name": "x", "rope": {}, "logn": "no", "train_len": 64}))
+    rc, err = run_cli(["train", "--out", tmp_path / "run", "--scheme", scheme], capsys)
+    assert_one_line_error(rc, err, "logn must be true or false, got 'no'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_plot_does_not_create_missing_folders(tmp_path, capsys):
+    rc, err = run_cli(["plot", "decay", "--out", tmp_path / "a" / "b" / "x.png"], capsys)
+    assert_one_line_error(rc, err, "does not exist; create it first")
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad\nvalue"), TypeError("bad type"), OSError(28, "No space left"),
+                                 ModuleNotFoundError("No module named 'transformers'", name="transformers")])
+def test_the_handler_prints_every_user_error_as_one_line(exc, monkeypatch, capsys):
+    def fail(argv):
+        raise exc
+
+    monkeypatch.setattr(cli, "_run", fail)
+    monkeypatch.delenv("POSENC_DEBUG", raising=False)
+    rc, err = run_cli(["schemes"], capsys)
+    assert_one_line_error(rc, err, " ".join(str(exc).split()))
+
+
+def test_posenc_debug_re_raises(monkeypatch):
+    monkeypatch.setenv("POSENC_DEBUG", "1")
+    with pytest.raises(ValueError, match="unknown preset 'ropee'"):
+        cli.main(["schemes", "ropee"])
+
+
+def test_other_errors_are_not_hidden(monkeypatch):
+    def fail(argv):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_run", fail)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["schemes"])
+
+
+# ------------------------------------------------------------------------------------------------ real processes
+def _posenc(*argv, debug=False, cwd=ROOT):
+    env = {k: v for k, v in os.environ.items() if k != "POSENC_DEBUG"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if debug:
+        env["POSENC_DEBUG"] = "1"
+    return subprocess.run([sys.executable, "-m", "posenc", *map(str, argv)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["schemes", "rope", "--param", "bogus=1"], "unexpected keyword argument 'bogus'"),
+    (["eval", NO, "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
+    (["perf", "--only", "bogus"], "unknown benchmark(s) ['bogus']"),
+])
+def test_real_command_prints_no_traceback(argv, match):
+    res = _posenc(*argv)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "Traceback" not in res.stderr
+    assert res.stderr.startswith("posenc: error: ") and match in res.stderr
+
+
+def test_real_command_with_posenc_debug_shows_the_traceback():
+    res = _posenc("schemes", "rope", "--param", "bogus=1", debug=True)
+    assert res.returncode == 1 and "Traceback" in res.stderr and "ValueError" in res.stderr
+
+
+def test_real_plot_command_creates_no_folder(tmp_path):
+    res = _posenc("plot", "decay", "--out", tmp_path / "x" / "y" / "d.png", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert not (tmp_path / "x").exists()
