@@ -172,6 +172,9 @@ class RopeSpec:
             if not isinstance(self.scaling, dict):
                 raise ValueError(f"rope.scaling must be a dict or None, got {type(self.scaling).__name__}")
             _check_params("rope.scaling", self.scaling)
+            from posenc.frequencies import validate_rope_scaling
+
+            validate_rope_scaling(self.scaling, base=self.base)  # the whole dict, now, not at the first forward
 
     def to_dict(self) -> dict:
         return asdict(self)
