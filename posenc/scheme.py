@@ -360,13 +360,22 @@ def _method_names(name, what: str) -> list[str]:
 
 
 def _call_preset(name: str, fn: Callable[..., PositionScheme], params: dict, *scheme) -> PositionScheme:
-    """Call a preset factory; an unexpected keyword becomes a ``ValueError`` naming the preset."""
+    """Call a preset factory; an unexpected keyword becomes a ``ValueError`` naming it and the accepted ones."""
+    import inspect
+    import re
+
     try:
         return fn(*scheme, **params)
     except TypeError as exc:
-        if "argument" not in str(exc):
+        bad = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if bad is None:
             raise
-        raise ValueError(f"preset {name!r} got an unknown or misplaced parameter: {exc}") from None
+        sig = inspect.signature(fn).parameters.values()
+        accepted = {p.name for p in sig if p.kind is p.POSITIONAL_OR_KEYWORD} - {"scheme"}
+        if any(p.kind is p.VAR_KEYWORD for p in sig):  # rope-like presets pass the rest to RopeSpec
+            accepted |= {f.name for f in fields(RopeSpec)}
+        raise ValueError(f"preset {name!r} does not take parameter {bad.group(1)!r}; it takes "
+                         f"{sorted(accepted)}") from None
 
 
 # ===================================================================== trained-in presets

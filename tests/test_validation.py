@@ -62,9 +62,9 @@ def test_unknown_name_is_not_called_an_inference_time_method():
     ("deberta", {"head_dim": 4}, r"relative 'deberta' does not take parameter\(s\) \['head_dim'\]"),
     ("learned", {"train_len": 16, "bogus": 1}, r"embedding 'learned' does not take.*max_positions"),
     ("sinusoidal", {"bogus": 1}, r"embedding 'sinusoidal' does not take"),
-    ("rope", {"bogus": 1}, r"preset 'rope'.*'bogus'"),
-    ("xpos", {"bogus": 1}, r"preset 'xpos'.*'bogus'"),
-    ("infini", {"train_len": 64, "bogus": 1}, r"preset 'infini'.*'bogus'"),
+    ("rope", {"bogus": 1}, r"preset 'rope' does not take parameter 'bogus'; it takes \[.*'base'.*'xpos'"),
+    ("xpos", {"bogus": 1}, r"preset 'xpos' does not take parameter 'bogus'; it takes \['base', 'scale_base'"),
+    ("infini", {"train_len": 64, "bogus": 1}, r"preset 'infini' does not take parameter 'bogus'"),
     ("yarn", {"train_len": 16, "factor": 2, "bogus": 1}, r"parameters \['bogus'\] are not used by method 'yarn'"),
 ])
 def test_unknown_preset_parameters_are_refused_at_construction(name, params, match):
@@ -101,9 +101,17 @@ def test_a_shared_parameter_goes_to_every_method_of_a_composition():
     assert s.mask.window == 8
 
 
-def test_rope_method_on_an_alibi_scheme_is_refused():
-    with pytest.raises(ValueError, match=r"method 'yarn' applies to a RoPE scheme; 'alibi' has no rotary part"):
-        P.preset("alibi", train_len=16).extend("yarn", factor=2)
+@pytest.mark.parametrize("base, method, params, match", [
+    ("alibi", "yarn", {"factor": 2}, r"method 'yarn' applies to a RoPE scheme; 'alibi' has no rotary part"),
+    ("alibi", "rope_base", {"base": 500.0}, r"applies to a RoPE scheme"),
+    ("nope", "rerope", {}, r"'rerope' remaps relative positions; 'nope' has neither"),
+    ("sinusoidal", "hierarchical", {}, r"reads a learned absolute table"),
+    ("rope", "yarn+pi", {"factor": 2}, r"frequency schedules do not stack"),
+    ("rope", "rerope+selfextend", {}, r"remaps do not stack"),
+])
+def test_compositions_that_make_no_sense_are_refused(base, method, params, match):
+    with pytest.raises(ValueError, match=match):
+        P.preset(base, train_len=16).extend(method, **params)
 
 
 # ------------------------------------------------------------------------------------------------ scheme JSON
