@@ -45,7 +45,7 @@ from functools import lru_cache
 import torch
 import torch.nn as nn
 
-from posenc._util import as_positions, check_finite
+from posenc._util import as_positions, check_finite, check_positive_int
 from posenc.masks import MaskSpec
 from posenc.remap import Branch, Remap, logn_scale
 from posenc.scheme import PositionScheme
@@ -855,10 +855,14 @@ class PositionalAttention(nn.Module):
     def __init__(self, dim: int, n_heads: int, scheme: PositionScheme, n_kv_heads: int | None = None,
                  bias: bool = False):
         super().__init__()
+        dim, n_heads = check_positive_int("dim", dim), check_positive_int("n_heads", n_heads)
         if dim % n_heads:
             raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        n_kv_heads = n_heads if n_kv_heads is None else check_positive_int("n_kv_heads", n_kv_heads)
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
         self.dim, self.n_heads = dim, n_heads
-        self.n_kv_heads = n_kv_heads or n_heads
+        self.n_kv_heads = n_kv_heads
         self.head_dim = dim // n_heads
         self.q_proj = nn.Linear(dim, dim, bias=bias)
         self.k_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
@@ -892,6 +896,8 @@ class PositionalAttention(nn.Module):
         (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache whose
         ``update`` returns all keys, values, positions and validity; ``key_mask [B,N]``: False for
         padding tokens of x."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be a [batch, tokens, {self.dim}] tensor, got {getattr(x, 'shape', type(x))}")
         B, N, _ = x.shape
         positions = as_positions(positions, B, N, x.device)
         q, k, v = self.project(x)
