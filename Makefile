@@ -29,8 +29,13 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(VENV)/bin/ruff check posenc tests benchmarks
 
+# engine tests run a second time with every uninitialised allocation filled with NaN (tests/conftest.py)
+# and the C allocator perturbed: a kernel that reads memory it never wrote fails here instead of passing by luck
+ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py
+
 test: $(STAMP) lint
 	$(VPY) -m pytest -n 2 -q tests
+	POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
 
 bench: $(STAMP)
 	$(VENV)/bin/posenc bench --preset $(PRESET) --out $(OUT)

@@ -45,7 +45,7 @@ from functools import lru_cache
 import torch
 import torch.nn as nn
 
-from posenc._util import as_positions
+from posenc._util import as_positions, check_finite, check_positive_int
 from posenc.masks import MaskSpec
 from posenc.remap import Branch, Remap, logn_scale
 from posenc.scheme import PositionScheme
@@ -611,43 +611,80 @@ def flex_applicable(parts: AttentionParts, needs_grad: bool) -> bool:
                  or not torch.is_grad_enabled()))
 
 
+FLEX_BLOCK = 128  # the block size of the block masks and of the compiled kernel
+
+
+def _pad_to_block(n: int) -> int:
+    return -(-n // FLEX_BLOCK) * FLEX_BLOCK
+
+
 def _flex(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
+    """Compiled FlexAttention with the queries and keys padded to whole 128-token blocks.
+
+    Why the padding: in torch 2.13, compiled CPU ``flex_attention`` gives wrong, run-to-run different
+    answers whenever a query or key length leaves a block shorter than 128 (it reads past the valid
+    rows of the last block: uninitialised memory). Minimal reproduction, no posenc involved::
+
+        import torch
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        q, k, v = (torch.randn(1, 1, 40, 16) for _ in range(3))
+        bm = create_block_mask(lambda b, h, i, j: j <= i, 1, 1, 40, 40, device="cpu")
+        out = torch.compile(flex_attention)(q, k, v, block_mask=bm)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (out - ref).abs().max()  # 0.8-1.9 here, and a different value in each process
+
+    (also with Nq < Nk, e.g. 5 queries after a 51-token prefix). So Nq and Nk are padded independently
+    to multiples of 128: padded keys get position -1, which the mask refuses (the same encoding as
+    padding keys from ``key_mask``); padded queries repeat the last query position and are dropped from
+    the output. Every block the kernel sees is then complete. Positions, not indices, carry the query
+    offset, so a decode step or a prefix stays right."""
     B, H, Nq, D = q.shape
-    br = parts.branches[0]
-    rot = _rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale)
-    if key_mask is None:
-        bm = build_block_mask(parts.allowed, q_pos, k_pos, key_intervals=parts.mask.key_intervals)
-    else:  # padding keys: encode validity in the key position (-1 is never a real position)
-        kp_masked = torch.where(key_mask, k_pos, torch.full_like(k_pos, -1))
-        bm = build_block_mask(lambda qp, kp: parts.allowed(qp, kp) & (kp >= 0), q_pos, kp_masked)
-    score_mod = None
-    cap = parts.scheme.softcap
-    if parts.bias is not None:
-        bias, qp_c, kp_c = parts.bias, q_pos.contiguous(), k_pos.contiguous()
+    Nk = k.shape[2]
+    Pq, Pk = _pad_to_block(Nq) - Nq, _pad_to_block(Nk) - Nk
+    rot = _rotate_branch(parts, q, k, q_pos, k_pos, parts.branches[0], freqs, q_scale)
+    if key_mask is not None:  # padding keys: encode validity in the key position (-1 is never a real position)
+        k_pos = torch.where(key_mask, k_pos, torch.full_like(k_pos, -1))
+    qp = torch.cat([q_pos, q_pos[:, -1:].expand(B, Pq)], dim=1)
+    kp = torch.cat([k_pos, k_pos.new_full((B, Pk), -1)], dim=1)
+    if key_mask is None and Pk == 0:
+        bm = build_block_mask(parts.allowed, qp, kp, key_intervals=parts.mask.key_intervals)
+    else:
+        bm = build_block_mask(lambda a, b: parts.allowed(a, b) & (b >= 0), qp, kp)
 
-        def score_mod(score, b, h, qi, ki):
-            qp, kp = qp_c[b, qi], kp_c[b, ki]
-            if cap is not None:
-                score = torch.tanh(score / cap) * cap
-            return score + bias.score(h, parts.bias_query_pos(qp, kp), kp).to(score.dtype)
-    elif cap is not None:
+    def pad(t, n):
+        return torch.cat([t, t.new_zeros(B, H, n, t.shape[-1])], dim=2) if n else t.contiguous()
 
-        def score_mod(score, b, h, qi, ki):
-            return torch.tanh(score / cap) * cap
-
-    # the softmax scale is already folded into q
-    key = (parts.scheme.to_json(), tuple(q.shape), tuple(k.shape), q.dtype, key_mask is None)
+    score_mod = _flex_score_mod(parts, qp.contiguous(), kp.contiguous())
+    # the softmax scale is already folded into q; compiled once per padded shape
+    key = (parts.scheme.to_json(), (B, H, Nq + Pq, D), (B, H, Nk + Pk, v.shape[-1]), q.dtype, key_mask is None)
     first = key not in _FLEX_SEEN
     if first:  # torch.compile specialises on shapes: say so before the wait (seconds), not after
         _FLEX_SEEN.add(key)
         log.info("compiling FlexAttention for %s, %d x %d tokens (first call of this shape; later calls reuse it)",
-                 parts.scheme.name or "this scheme", Nq, k.shape[2])
+                 parts.scheme.name or "this scheme", Nq, Nk)
         t0 = time.perf_counter()
-    out = _compiled_flex()(rot.q.contiguous(), rot.k.contiguous(), v.contiguous(), score_mod=score_mod,
-                           block_mask=bm, scale=1.0)
+    out = _compiled_flex()(pad(rot.q, Pq), pad(rot.k, Pk), pad(v, Pk), score_mod=score_mod, block_mask=bm,
+                           scale=1.0)
     if first:
         log.info("FlexAttention ready in %.1f s", time.perf_counter() - t0)
-    return out
+    return out[:, :, :Nq]
+
+
+def _flex_score_mod(parts, qp_c, kp_c):
+    """The scheme's soft-cap and bias as a flex ``score_mod`` over padded positions, or None."""
+    cap, bias = parts.scheme.softcap, parts.bias
+    if bias is None and cap is None:
+        return None
+
+    def score_mod(score, b, h, qi, ki):
+        if cap is not None:
+            score = torch.tanh(score / cap) * cap
+        if bias is None:
+            return score
+        qp, kp = qp_c[b, qi], kp_c[b, ki]
+        return score + bias.score(h, parts.bias_query_pos(qp, kp), kp).to(score.dtype)
+
+    return score_mod
 
 
 _FLEX_SEEN: set = set()  # (scheme, shapes, dtype, padding) already run by the compiled flex callable
@@ -686,13 +723,65 @@ def choose_impl(parts: AttentionParts, B: int, H: int, Nq: int, Nk: int, needs_g
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
                   scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
-    ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys. On every path: a query that
+    sees no key (all its keys padding or masked) gets a 0 output row, and a query row holding NaN or inf
+    gets a NaN output row (NaN in, NaN out). ``scale``: the softmax scale, finite and > 0 (default
+    ``1/sqrt(D)``)."""
+    scale = check_inputs(q, k, v, impl, scale, key_mask)
     B, H, Nq, D = q.shape
+    if (H, D) != (parts.n_heads, parts.head_dim):
+        raise ValueError(f"q must have {parts.n_heads} heads of head_dim {parts.head_dim} (the layer's), got {H}, {D}")
     Nk = k.shape[2]
+    if q_pos is None and Nq > Nk:
+        raise ValueError(f"q has more tokens ({Nq}) than k ({Nk}): pass q_pos (default: the last Nq key positions)")
     q_pos = as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
     k_pos = as_positions(k_pos, B, Nk, k.device)
+    out = _dispatch(parts, q, k, v, q_pos, k_pos, impl, scale, key_mask)
+    bad = ~torch.isfinite(q).all(dim=-1)  # [B,H,Nq]: NaN/inf in a query row gives a NaN output row, on every path
+    if bool(bad.any()):
+        out = out.masked_fill(bad[..., None], float("nan"))
+    return out
+
+
+def check_inputs(q, k, v, impl, scale, key_mask) -> float | None:
+    """Refuse what the engine cannot compute, with the argument and the allowed values in the message;
+    return ``scale`` as a float (or None)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, heads, tokens, head_dim], got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise TypeError(f"{name} must have q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, {t.device}")
+        if min(t.shape) == 0:
+            raise ValueError(f"{name} must have batch, heads, tokens and head_dim >= 1, got shape {tuple(t.shape)}")
+    B, H, _, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"k and v must have q's batch size {B}, got k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1] or H % k.shape[1]:
+        raise ValueError(f"k and v must have the same number of heads, dividing q's {H} heads (GQA); "
+                         f"got k {k.shape[1]}, v {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same number of tokens, got k {k.shape[2]}, v {v.shape[2]}")
+    if k.shape[3] != D:
+        raise ValueError(f"k must have q's head_dim {D}, got {k.shape[3]}")
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+            raise TypeError(f"key_mask must be a bool tensor (True = real token), got "
+                            f"{getattr(key_mask, 'dtype', type(key_mask).__name__)}")
+        if tuple(key_mask.shape) != (B, k.shape[2]):
+            raise ValueError(f"key_mask must have shape [batch, keys] = {(B, k.shape[2])}, got {tuple(key_mask.shape)}")
+    return None if scale is None else check_finite("scale", scale, minimum=0.0, strict_min=True)
+
+
+def _dispatch(parts, q, k, v, q_pos, k_pos, impl, scale, key_mask):
+    """Pick the path for ``impl`` (see :func:`choose_impl`) and run it, per dynamic-schedule group."""
+    B, H, Nq, _ = q.shape
+    Nk = k.shape[2]
     k, v = _expand_kv(k, H), _expand_kv(v, H)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if impl == "auto":
@@ -751,6 +840,7 @@ def attention(q, k, v, scheme: PositionScheme, q_pos=None, k_pos=None, impl: str
     0..Nk-1. Returns ``[B,H,Nq,D]``. Schemes with learned parts need :class:`PositionalAttention`."""
     if not isinstance(scheme, PositionScheme):
         raise ValueError(f"scheme must be a PositionScheme, got {type(scheme).__name__}")
+    check_inputs(q, k, v, impl, scale, key_mask)
     parts = _parts_for(scheme.to_json(), q.shape[1], q.shape[-1])
     return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale, key_mask=key_mask)
 
@@ -765,10 +855,14 @@ class PositionalAttention(nn.Module):
     def __init__(self, dim: int, n_heads: int, scheme: PositionScheme, n_kv_heads: int | None = None,
                  bias: bool = False):
         super().__init__()
+        dim, n_heads = check_positive_int("dim", dim), check_positive_int("n_heads", n_heads)
         if dim % n_heads:
             raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        n_kv_heads = n_heads if n_kv_heads is None else check_positive_int("n_kv_heads", n_kv_heads)
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
         self.dim, self.n_heads = dim, n_heads
-        self.n_kv_heads = n_kv_heads or n_heads
+        self.n_kv_heads = n_kv_heads
         self.head_dim = dim // n_heads
         self.q_proj = nn.Linear(dim, dim, bias=bias)
         self.k_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
@@ -802,6 +896,8 @@ class PositionalAttention(nn.Module):
         (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache whose
         ``update`` returns all keys, values, positions and validity; ``key_mask [B,N]``: False for
         padding tokens of x."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be a [batch, tokens, {self.dim}] tensor, got {getattr(x, 'shape', type(x))}")
         B, N, _ = x.shape
         positions = as_positions(positions, B, N, x.device)
         q, k, v = self.project(x)
