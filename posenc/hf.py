@@ -392,7 +392,12 @@ def load(path, **kwargs):
     """Load a model dir with transformers and re-apply its ``posenc`` config section, if any."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"model dir {str(path)!r} has no config.json (expected a folder written by save_pretrained)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ValueError(f"could not load the model in {str(path)!r}: {exc}") from exc
     spec = getattr(model.config, "posenc", None)
     if spec:
         del model.config.posenc
