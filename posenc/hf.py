@@ -44,6 +44,7 @@ The scheme is built from the config (:func:`scheme_from_config`): ``rope_paramet
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 
@@ -140,7 +141,7 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     key_mask = k_pos_raw >= 0  # [B,Nk]
     k_pos = k_pos_raw.clamp(min=0)
     q_pos = k_pos[:, -Nq:]  # queries are the newest keys (self-attention with a growing cache)
-    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    window = kwargs.get("sliding_window") or getattr(module, "_posenc_window", None)
     window = int(window) if window else None
     softcap = kwargs.get("softcap")
     cache_key = (H, D, window, softcap)
@@ -193,30 +194,118 @@ def _attention_modules(model):
     return [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
 
 
+_SLIDING_LAYER_TYPES = ("sliding_attention", "hybrid_sliding", "reference_sliding_attention")
+
+
+def layer_window(config, module) -> int | None:
+    """The sliding window of one attention layer, as transformers' ``DynamicCache`` decides it (its
+    sliding cache layers keep only the last ``window - 1`` keys): the module's own ``sliding_window``
+    if it has one, else ``config.layer_types[layer_idx]`` names a sliding layer, else (no
+    ``layer_types``) ``config.sliding_window`` applies to every layer. Models whose attention ignores
+    ``sliding_window`` while their cache truncates (Phi-MoE, Moshi) thus get one meaning, cached or not."""
+    own = getattr(module, "sliding_window", None)
+    if own:
+        return int(own)
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return int(window)
+    idx = module.layer_idx
+    return int(window) if idx < len(types) and types[idx] in _SLIDING_LAYER_TYPES else None
+
+
 def _set_module(model, name: str, new) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
 
 
 # ===================================================================== extend
+def _head_dim(config) -> int:
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim:
+        return int(head_dim)
+    heads = getattr(config, "num_attention_heads", None)
+    if not heads or not getattr(config, "hidden_size", None):
+        raise ValueError("config has neither head_dim nor hidden_size and num_attention_heads")
+    return int(config.hidden_size) // int(heads)
+
+
+def check_rope_parameters(config, rope_parameters: dict) -> None:
+    """Validate a ``rope_parameters`` dict for ``config`` the way posenc's own path does: build the
+    frequencies with :func:`posenc.frequencies.rope_frequencies` (which refuses unknown keys, a factor
+    < 1, NaN/inf, strings, ``low_freq_factor >= high_freq_factor``, ``beta_fast <= beta_slow``, LongRoPE
+    lists of the wrong length, ...) inside and past the trained length, and require a finite attention
+    scale > 0 (YaRN's ``mscale``/``mscale_all_dim``/``attention_factor``). Raises ``ValueError``."""
+    from posenc.frequencies import rope_frequencies
+
+    base = scheme_from_config(config).rope
+    partial = rope_parameters.get("partial_rotary_factor", base.partial_rotary_factor)
+    train = train_len_of(config)
+    lengths = {"original_max_position_embeddings": train,  # as scheme_from_config and transformers read them
+               "max_position_embeddings": getattr(config, "max_position_embeddings", None) or train}
+    rope_parameters = {**lengths, **rope_parameters}
+    for seq_len in (train, 4 * train):  # dynamic / LongRoPE schedules switch branches past train
+        freqs = rope_frequencies(_head_dim(config), base.base, rope_parameters, seq_len=seq_len,
+                                 partial_rotary_factor=partial)
+        scale = freqs.attention_scale
+        if not (scale > 0 and scale < float("inf")):
+            raise ValueError(f"rope_parameters give attention scale {scale} at length {seq_len}; it must be "
+                             "finite and > 0 (check mscale, mscale_all_dim, attention_factor)")
+
+
 def _extend_native(model, rope_type: str, params: dict):
-    config = model.config
-    rp = _rope_parameters(config)
+    """transformers' own method: validate the new ``rope_parameters``, then (only then) write them into
+    the model's own config and rebuild every rotary embedding module from it."""
+    rp = _rope_parameters(model.config)
     if rp.get("rope_type", "default") != "default":
         raise ValueError(f"model already uses rope_type {rp['rope_type']!r}; frequency schedules do not stack")
     new = {**rp, **_NATIVE_DEFAULTS.get(rope_type, {}), **params, "rope_type": rope_type}
     if rope_type in ("yarn", "llama3", "longrope"):
-        new.setdefault("original_max_position_embeddings", train_len_of(config))
+        new.setdefault("original_max_position_embeddings", train_len_of(model.config))
     if rope_type in ("linear", "dynamic", "yarn", "llama3") and "factor" not in new:
         raise ValueError(f"method {rope_type!r} needs factor (target length / trained length)")
+    check_rope_parameters(model.config, new)
+    config = _own_config(model)
     config.rope_parameters = new
-    for name, mod in _rotary_modules(model):
-        ref = next(iter(mod.buffers()), None)
-        new_mod = type(mod)(config)
-        if ref is not None:
-            new_mod = new_mod.to(ref.device)
+    try:
+        rebuilt = []
+        for name, mod in _rotary_modules(model):
+            ref = next(iter(mod.buffers()), None)
+            new_mod = type(mod)(config)
+            rebuilt.append((name, new_mod.to(ref.device) if ref is not None else new_mod))
+    except Exception:
+        config.rope_parameters = rp  # nothing was swapped yet: the model is as it was
+        raise
+    for name, new_mod in rebuilt:
         _set_module(model, name, new_mod)
     return model
+
+
+def _own_config(model):
+    """Give ``model`` a private deep copy of its config, in every submodule that holds it (or one of its
+    sub-configs), so that extending one model never changes another built from the same config object."""
+    from transformers import PretrainedConfig
+
+    memo: dict = {}
+    new = copy.deepcopy(model.config, memo)
+    for mod in model.modules():
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, PretrainedConfig) and id(value) in memo:
+                setattr(mod, attr, memo[id(value)])
+    return new
+
+
+def _check_extendable(model) -> None:
+    """Refuse a model posenc has already extended, and one without RoPE (GPT-2, BERT: nothing to extend)."""
+    done = getattr(model, "_posenc_extended", None) or getattr(model.config, "posenc", None)
+    if done:
+        raise ValueError(f"model is already extended by posenc ({done}); load a fresh model to apply another "
+                         "method (methods do not stack)")
+    if not _rotary_modules(model):
+        raise ValueError(f"{type(model).__name__} has no rotary embedding module (XxxRotaryEmbedding): "
+                         "posenc.hf.extend needs a RoPE model (Llama, Mistral, Qwen, Gemma, Phi-3, GPT-NeoX, ...)")
 
 
 def extend(model, method: str = "none", *, native: bool | None = None, impl: str = "auto", **params):
@@ -227,9 +316,14 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     ``native=False``; everything else runs posenc's engine (``impl`` as in
     :func:`posenc.attention.run_attention`). See the module docstring for what is replaced and why.
     The method is recorded in ``config.posenc`` (posenc path) or ``config.rope_parameters`` (native).
+
+    Everything is validated before anything changes (a refused call leaves model and config as they
+    were, so a corrected retry works), and the model first gets its own deep copy of its config: other
+    models built from the same config object are not touched. Refused: a model without RoPE (GPT-2,
+    BERT), a model posenc already extended, bad parameters (``ValueError``/``TypeError``).
     """
-    if getattr(model.config, "posenc", None) or getattr(model, "_posenc_hooks", None):
-        raise ValueError("model is already extended by posenc; load a fresh model to apply another method")
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a string such as 'yarn' or 'rerope+logn', got {type(method).__name__}")
     names = [m.strip() for m in method.split("+") if m.strip()]
     if not names:
         raise ValueError("method must be a non-empty name")
@@ -237,26 +331,34 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
         if params:
             raise ValueError(f"method 'none' takes no parameters, got {sorted(params)}")
         return model
+    _check_extendable(model)
     if len(names) == 1 and names[0] in HF_NATIVE and native is not False:
-        return _extend_native(model, HF_NATIVE[names[0]], params)
+        _extend_native(model, HF_NATIVE[names[0]], params)
+        model._posenc_extended = {"method": method, "params": dict(params), "native": True}
+        return model
     names = ["pi" if n == "linear" else n for n in names]
     bad = [n for n in names if n not in METHODS and n not in ("none", "default")]
     if bad:
         raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
-    config = model.config
-    scheme = scheme_from_config(config).extend("+".join(names), **params)
-    _register()
+    from posenc.attention import IMPLS
+
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    scheme = scheme_from_config(model.config).extend("+".join(names), **params)  # validates everything
     attn = _attention_modules(model)
-    rot = _rotary_modules(model)
-    if not attn or not rot:
-        raise ValueError(f"{type(model).__name__}: found no attention layers with layer_idx or no rotary embedding")
+    if not attn:
+        raise ValueError(f"{type(model).__name__}: found no attention layers with layer_idx")
+    _register()
+    config = _own_config(model)
     state = {"scheme": scheme, "impl": impl, "parts": {}}
     for m in attn:
         m._posenc = state
-    model._posenc_hooks = [m.register_forward_hook(_identity_rotation) for _, m in rot]
+        m._posenc_window = layer_window(config, m)
+    model._posenc_hooks = [m.register_forward_hook(_identity_rotation) for _, m in _rotary_modules(model)]
     model._posenc_original_attn = config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)
     config.posenc = {"method": method, "params": dict(params), "impl": impl, "native": native}
+    model._posenc_extended = config.posenc
     return model
 
 
@@ -290,7 +392,12 @@ def load(path, **kwargs):
     """Load a model dir with transformers and re-apply its ``posenc`` config section, if any."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"model dir {str(path)!r} has no config.json (expected a folder written by save_pretrained)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ValueError(f"could not load the model in {str(path)!r}: {exc}") from exc
     spec = getattr(model.config, "posenc", None)
     if spec:
         del model.config.posenc

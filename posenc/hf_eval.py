@@ -49,11 +49,16 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
     accuracy over ``passkey_depths`` x ``passkey_trials`` prompts of that length (None when
     ``passkey_trials`` is 0). ``params`` go to each method that accepts them. A method that cannot
     apply (``ValueError``) gives a record with ``status="error"`` and the message in ``note``."""
+    from pathlib import Path
+
     from posenc.data import make_tokenizer
     from posenc.hf import load, train_len_of
     from posenc.metrics import evaluate_lm
     from posenc.tasks import passkey_grid, run_passkey
 
+    if not (Path(model_dir) / "config.json").is_file():  # one clear error, not one record per method
+        raise ValueError(f"model dir {str(model_dir)!r} has no config.json (expected a folder written by "
+                         "save_pretrained)")
     tok = tokenizer or make_tokenizer("byte")
     if tokens is None:
         if text is None:
