@@ -21,6 +21,36 @@ def test_every_required_preset_exists():
     assert REQUIRED <= set(PositionScheme.presets())
 
 
+# preset -> (embedding, bias, content-relative, memory, rotary: None | "rope" | "xpos"), as the papers place them
+TRAINED_PARTS = {
+    "nope": ("nope", None, None, None, None), "sinusoidal": ("sinusoidal", None, None, None, None),
+    "learned": ("learned", None, None, None, None), "hierarchical": ("hierarchical", None, None, None, None),
+    "floater": ("floater", None, None, None, None), "complex_order": ("complex_order", None, None, None, None),
+    "shaw": ("nope", None, "shaw", None, None),
+    "transformer_xl": ("nope", None, "transformer_xl", ("xl_recurrence", {"mem_len": 32}), None),
+    "t5": ("nope", "t5", None, None, None), "deberta": ("nope", None, "deberta", None, None),
+    "rope": ("nope", None, None, None, "rope"), "xpos": ("nope", None, None, None, "xpos"),
+    "alibi": ("nope", "alibi", None, None, None), "kerple_power": ("nope", "kerple_power", None, None, None),
+    "kerple_log": ("nope", "kerple_log", None, None, None), "sandwich": ("nope", "sandwich", None, None, None),
+    "infini": ("nope", None, None, ("infini", {"segment_len": 8}), "rope"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_trained_presets_build_the_papers_parts(name):
+    """Which part each preset sets, at train_len 32 (XL's memory defaults to one segment of L, Infini's
+    segments to L/4), and a causal mask with no window for all of them."""
+    s = PositionScheme.preset(name, train_len=32)
+
+    def kind(part):
+        return None if part is None else part.kind
+
+    rotary = None if s.rope is None else ("xpos" if s.rope.xpos else "rope")
+    memory = s.memory and (s.memory.kind, s.memory.params)
+    assert (kind(s.embedding), kind(s.bias), kind(s.relative), memory, rotary) == TRAINED_PARTS[name]
+    assert s.mask.causal and s.mask.window is None and s.remap is None and s.train_len == 32
+
+
 @pytest.mark.parametrize("name", sorted(TRAINED))
 def test_trained_presets_roundtrip_json(name):
     s = PositionScheme.preset(name, train_len=32)
