@@ -163,14 +163,73 @@ def test_complex_order_validation():
         ComplexOrderEmbedding(5, 5)
 
 
-def test_registry_and_build():
+def _expected_embedding(name, emb, x, pos, ids):
+    """What each registered embedding adds to (or makes of) ``x [B, N, 8]`` at positions ``pos [N]``, one
+    scalar at a time from the formulas (the learned tables read as they are)."""
+    B, N, dim = x.shape
+    out = x.clone().double()
+    for b in range(B):
+        for t in range(N):
+            p = int(pos[t])
+            if name == "sinusoidal":  # PE(p, 2i) = sin(p / base^(2i/d)), PE(p, 2i+1) = cos(...)
+                for i in range(dim // 2):
+                    w = emb.base ** (-2 * i / dim)
+                    out[b, t, 2 * i] += math.sin(p * w)
+                    out[b, t, 2 * i + 1] += math.cos(p * w)
+            elif name == "learned":
+                out[b, t] += emb.table[p].double()
+            elif name == "hierarchical":  # q_(i n + j) = a u_i + (1 - a) u_j, u_i = (p_i - a p_0) / (1 - a)
+                n, a = emb.table_size, emb.alpha
+                P = emb.table.double()
+                u = [(P[r] - a * P[0]) / (1 - a) for r in range(n)]
+                out[b, t] += P[p] if p < n else a * u[p // n] + (1 - a) * u[p % n]
+            elif name == "complex_order":  # cat(r cos(omega_w p + theta_w), r sin(...)), r = x[:K]
+                K = dim // 2
+                for c in range(K):
+                    phi = float(emb.omega[ids[b, t], c]) * p + float(emb.theta[ids[b, t], c])
+                    out[b, t, c] = float(x[b, t, c]) * math.cos(phi)
+                    out[b, t, K + c] = float(x[b, t, c]) * math.sin(phi)
+    return out
+
+
+@pytest.mark.parametrize("name,options", [("nope", {}), ("sinusoidal", {}), ("sinusoidal", {"base": 100.0}),
+                                          ("learned", {}), ("hierarchical", {"alpha": 0.3}), ("complex_order", {})])
+def test_registry_builds_each_embedding_with_its_options_and_values(name, options):
+    torch.manual_seed(0)
+    emb = build_embedding(name, dim=8, max_positions=4, vocab_size=13, **options)
+    assert isinstance(emb, EMBEDDINGS[name])
+    for k, v in options.items():
+        assert getattr(emb, k) == v
+    x = torch.randn(2, 5, 8)
+    pos = torch.tensor([0, 1, 3, 6, 13]) if name in ("hierarchical", "nope") else torch.tensor([0, 1, 2, 3, 0])
+    ids = torch.randint(0, 13, (2, 5))
+    with torch.no_grad():
+        got = emb(x, pos, input_ids=ids)
+        expected = _expected_embedding(name, emb, x, pos, ids)
+    assert_close(got, expected, rtol=1e-5, atol=1e-6, name=name)
+
+
+def test_registry_builds_floater_as_an_ode_from_p0():
+    """p(0) = p0; p(delta) = one RK4 step of dp/dt = h(t, p) from p0. torchdiffeq's ``rk4`` is Kutta's 3/8
+    rule (the classical 1/6 rule differs by ~6e-7 here, beyond the tolerance)."""
+    torch.manual_seed(0)
+    emb = build_embedding("floater", dim=8, max_positions=4, vocab_size=13, delta=0.5)
+    x = torch.zeros(1, 2, 8)
+    with torch.no_grad():
+        got = emb(x, torch.arange(2))
+        h, dt, p0 = emb.dynamics, emb.delta, emb.p0
+        k1 = h(torch.tensor(0.0), p0)
+        k2 = h(torch.tensor(dt / 3), p0 + dt / 3 * k1)
+        k3 = h(torch.tensor(2 * dt / 3), p0 + dt * (k2 - k1 / 3))
+        k4 = h(torch.tensor(dt), p0 + dt * (k1 - k2 + k3))
+        p1 = p0 + dt / 8 * (k1 + 3 * k2 + 3 * k3 + k4)
+    assert_close(got[0, 0], p0, rtol=0, atol=0, name="p(0)")
+    assert_close(got[0, 1], p1, rtol=1e-6, atol=1e-7, name="p(delta)")
+    assert (p1 - p0).abs().max() > 1e-3  # the step moves: the check above is not p0 against p0
+
+
+def test_registry_and_build_errors():
     assert set(EMBEDDINGS) == {"nope", "sinusoidal", "learned", "hierarchical", "floater", "complex_order"}
-    x = torch.randn(2, 4, 8)
-    ids = torch.randint(0, 13, (2, 4))
-    for name in EMBEDDINGS:
-        emb = build_embedding(name, dim=8, max_positions=16, vocab_size=13)
-        assert isinstance(emb, EMBEDDINGS[name])
-        assert emb(x, torch.arange(4), input_ids=ids).shape == x.shape
     assert build_embedding("hierarchical", dim=8, max_positions=16).max_positions == 256
     with pytest.raises(ValueError, match="embedding"):
         build_embedding("rotary", dim=8)

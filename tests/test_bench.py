@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +30,7 @@ def tiny(tmp_path, monkeypatch):
     real = posenc.train.train
 
     def counting(cfg, progress=True, **kw):
-        calls.append(cfg.scheme)
+        calls.append(cfg)
         return real(cfg, progress=False, **kw)
 
     monkeypatch.setattr(posenc.train, "train", counting)
@@ -43,7 +45,7 @@ def test_round_trip_and_reuse(tiny, capsys):
     assert main(["bench", "--preset", "tiny", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| scheme / method |" in printed and "[bench" in printed
-    assert sorted(calls) == ["rope", "sinusoidal"]
+    assert sorted(c.scheme for c in calls) == ["rope", "sinusoidal"]
 
     results = json.loads((out / "results.json").read_text())
     meta = results["meta"]
@@ -68,13 +70,68 @@ def test_round_trip_and_reuse(tiny, capsys):
     assert [r["ppl"] for r in again["records"]] == [r["ppl"] for r in recs]
 
 
-def test_presets_are_data():
-    q = bench.PRESETS["quick"]
-    assert set(q.schemes) == {"sinusoidal", "learned", "rope", "alibi"}
-    assert q.eval_lengths == [q.train_len * f for f in (1, 2, 4, 8)]
-    assert len(q.rope_methods) == 17 and "hierarchical" in q.learned_methods
-    s = bench.PRESETS["standard"]
-    assert len(s.schemes) == 16 and max(s.eval_factors) == 16 and len(s.finetunes) == 2
+def expected_rows(config: dict) -> set[tuple[str, str, int]]:
+    """(scheme, method, eval_len) of every record a preset (as ``BenchPreset.to_dict()``) produces: each
+    trained scheme bare, the RoPE model under each inference-time method, the learned table under its
+    extensions, each fine-tune bare, all at every eval length."""
+    models = [(s, ["none"] + list(config["rope_methods"] if s == "rope" else ())
+               + list(config["learned_methods"] if s == "learned" else ())) for s in config["schemes"]]
+    models += [(ft["name"], ["none"]) for ft in config["finetunes"] if ft["base"] in config["schemes"]]
+    lengths = [f * config["train_len"] for f in config["eval_factors"]]
+    return {(s, m, n) for s, methods in models for m in methods for n in lengths}
+
+
+def test_finetunes_learned_extensions_and_passkey_run_as_the_preset_says(tmp_path, tiny):
+    _, calls = tiny
+    preset = bench.BenchPreset("tiny2", "", corpus=bench.PRESETS["tiny"].corpus, dim=16, n_layers=1, n_heads=2,
+                               train_len=16, steps=2, batch_size=2, warmup=1, val_batches=1, eval_factors=(1, 8),
+                               schemes=("learned", "rope"), rope_methods=("yarn",), learned_methods=("hierarchical",),
+                               passkey_factors=(8,), passkey_depths=(0.5,), max_windows=2, eval_batch_size=2,
+                               finetunes=(bench.FineTune("ft_pi", "pi", {"factor": 2.0}, steps=2),
+                                          bench.FineTune("ft_skipped", "pi", base="alibi")))
+    out = tmp_path / "out2"
+    results = bench.run_bench(preset, out, progress=False)
+    # trained: each scheme at L, then the fine-tune continued from the RoPE checkpoint at 2L for its own steps
+    assert [(c.scheme, c.train_len, c.steps, c.init) for c in calls] == [
+        ("learned", 16, 2, None), ("rope", 16, 2, None), ("pi", 32, 2, str(out / "runs" / "rope"))]
+    assert calls[-1].scheme_params == {"factor": 2.0}
+    recs = results["records"]
+    assert {(r["scheme"], r["method"], r["eval_len"]) for r in recs} == expected_rows(preset.to_dict())
+    # the bare learned table refuses 8L (not applicable), its hierarchical extension runs there
+    bad = {(r["scheme"], r["method"], r["eval_len"]) for r in recs if r["status"] != "ok"}
+    assert bad == {("learned", "none", 128)}
+    assert all("fine-tuned from the rope checkpoint" in r["note"] for r in recs if r["scheme"] == "ft_pi")
+    # passkey cells (a prompt needs ~90 bytes) only at the passkey length, for every record that ran there
+    for r in recs:
+        assert (r["passkey"] is not None) == (r["eval_len"] == 128 and r["status"] == "ok"), r
+    written = json.loads((out / "results.json").read_text())
+    assert written["meta"]["config"] == json.loads(json.dumps(preset.to_dict()))
+
+
+@pytest.mark.parametrize("name", ["quick", "standard"])
+def test_committed_results_are_this_presets_run_within_its_budget(name):
+    """benchmarks/results/bench-NAME/results.json (what the README quotes) was produced by the preset as it
+    is now, holds every row that preset runs, and ran within the time its description promises."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / f"bench-{name}" / "results.json"
+    results = json.loads(path.read_text())
+    preset = bench.PRESETS[name]
+    meta, recs = results["meta"], results["records"]
+    assert meta["preset"] == name and meta["config"] == json.loads(json.dumps(preset.to_dict()))
+    rows = [(r["scheme"], r["method"], r["eval_len"]) for r in recs]
+    assert len(rows) == len(set(rows)) and set(rows) == expected_rows(meta["config"])
+    for r in recs:
+        if r["status"] != "ok":  # only the bare learned table beyond its L
+            assert (r["scheme"], r["method"]) == ("learned", "none") and r["eval_len"] > preset.train_len, r
+            continue
+        assert r["ppl"] > 1 and 0 < r["tokens"] <= preset.max_windows * r["eval_len"], r
+        assert (r["passkey"] is not None) == (r["eval_len"] in preset.passkey_lengths), r
+    # "<= 15 min" is a bound; "~1 h" allows a quarter over
+    m = re.search(r"(<=|~) ?(\d+) (min|h)", preset.description)
+    budget = int(m.group(2)) * (60 if m.group(3) == "min" else 3600) * (1.0 if m.group(1) == "<=" else 1.25)
+    assert meta["timings"]["total"] <= budget
+
+
+def test_preset_validation():
     with pytest.raises(ValueError, match="passkey_factors"):
         bench.BenchPreset("bad", "", eval_factors=(1, 2), passkey_factors=(4,))
     with pytest.raises(ValueError, match="preset must be one of"):

@@ -255,12 +255,45 @@ def test_score_as_flex_attention_score_mod(name):
     assert_close(out, ref, rtol=1e-5, atol=1e-5, name=name)
 
 
-def test_registry_and_build_bias():
+def _hand_bias(name, h, d):
+    """The bias of head h at distance d = qp - kp for the parameters set in the test below, from the papers'
+    formulas with the numbers written out."""
+    if name == "alibi":  # 2 heads: slopes 2^-4, 2^-8
+        return -[2 ** -4, 2 ** -8][h] * abs(d)
+    if name == "kerple_power":  # -r1 |d|^r2
+        return -[0.5, 2.0][h] * abs(d) ** [1.5, 0.5][h]
+    if name == "kerple_log":  # -r1 log(1 + r2 |d|)
+        return -[0.5, 2.0][h] * math.log(1 + [1.5, 0.5][h] * abs(d))
+    if name == "t5":  # bidirectional, 16 buckets -> 8 per side, exact below 4: kp - qp = -2..2 -> 2 1 0 9 10
+        bucket = {2: 2, 1: 1, 0: 0, -1: 9, -2: 10}[d]
+        return 100.0 * bucket + h  # weight[bucket, h] set to 100 bucket + h
+    if name == "sandwich":  # lam_h (sum_{i=1}^{d'/2} cos(d / base^(2i/d')) - d'/2), d' = 4, lam = 3.0
+        return 3.0 * (math.cos(d / 100.0) + math.cos(d / 10000.0) - 2)
+    raise AssertionError(name)
+
+
+BUILD = {"alibi": {}, "kerple_power": {}, "kerple_log": {}, "t5": {"num_buckets": 16, "bidirectional": True},
+         "sandwich": {"dim": 4, "lam": 3.0}}
+
+
+@pytest.mark.parametrize("name", sorted(BIASES))
+def test_registry_builds_each_bias_with_its_options_and_values(name):
+    bias = build_bias(name, 2, **BUILD[name])
+    assert isinstance(bias, BIASES[name]) and bias.num_heads == 2
+    with torch.no_grad():
+        if name.startswith("kerple"):
+            bias.r1.copy_(torch.tensor([0.5, 2.0]))
+            bias.r2.copy_(torch.tensor([1.5, 0.5]))
+        if name == "t5":
+            bias.weight.copy_(100.0 * torch.arange(16.0)[:, None] + torch.arange(2.0))
+        got = bias(torch.arange(3), torch.arange(3))  # [1, 2, 3, 3]: every distance -2..2
+    expected = torch.tensor([[[_hand_bias(name, h, i - j) for j in range(3)] for i in range(3)] for h in range(2)])
+    assert_close(got[0], expected, rtol=1e-6, atol=1e-7, name=name)
+
+
+def test_registry_knows_each_bias_and_passes_options():
     assert set(BIASES) == {"alibi", "kerple_power", "kerple_log", "t5", "sandwich"}
-    for name in BIASES:
-        bias = build_bias(name, 5, **KWARGS.get(name, {}))
-        assert isinstance(bias, ScoreBias) and bias.num_heads == 5
-        assert bias(torch.arange(3), torch.arange(4)).shape == (1, 5, 3, 4)
+    assert set(BUILD) == set(BIASES)
     assert build_bias("t5", 2, num_buckets=16).num_buckets == 16
 
 

@@ -219,7 +219,11 @@ def test_every_schedule_is_positive_finite_float32(rope_type, seq_len):
 def test_proportional_tail_is_zero():
     out = rope_frequencies(256, 1e6, {"rope_type": "proportional", "partial_rotary_factor": 0.25})
     assert out.inv_freq.shape == (128,)
-    assert bool((out.inv_freq[32:] == 0).all()) and bool((out.inv_freq[:32] > 0).all())
+    assert bool((out.inv_freq[32:] == 0).all())
+    # the rotated quarter keeps the full head's ladder: theta_i = base^(-2i/256), i < 32 (not 2i/64)
+    ladder = torch.tensor([1e6 ** (-2 * i / 256) for i in range(32)], dtype=torch.float64)
+    assert_close(out.inv_freq[:32], ladder, rtol=1e-6, atol=0, name="rotated ladder")
+    assert out.attention_scale == 1.0
 
 
 @example(half=2, trained=443, frac=1.0, factor=37.068914539030985, base=100.0)  # t = L rounded to 1 + 7e-15

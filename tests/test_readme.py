@@ -1,4 +1,5 @@
-"""The README's Python examples run as written (docs that drift are worse than none)."""
+"""The README's Python examples run as written and give the shapes the README states (docs that drift are
+worse than none)."""
 
 import re
 from pathlib import Path
@@ -7,12 +8,27 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+# `name = ...  # ... [2, 100, 256] ...`: a shape the README states in a comment
+STATED = re.compile(r"^(\w+) = [^#\n]*#[^\[\n]*\[(\d+(?:, \d+)*)\]", flags=re.M)
+# shapes the examples imply without a comment: prompt length + max_new_tokens, HF logits over the vocab
+IMPLIED = [{}, {"out": (2, 30 + 8)}, {"logits": (1, 256, 300), "new": (1, 20 + 5)}]
 
 
-def test_readme_has_python_examples():
-    assert BLOCKS
+def stated_shapes(block: str) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(int(x) for x in dims.split(", ")) for name, dims in STATED.findall(block)}
+
+
+def test_readme_has_python_examples_with_stated_shapes():
+    assert len(BLOCKS) == len(IMPLIED)
+    assert stated_shapes(BLOCKS[0]) == {"out": (1, 4, 4096, 64)}
+    assert stated_shapes(BLOCKS[1]) == {"y": (2, 100, 256)}
 
 
 @pytest.mark.parametrize("i", range(len(BLOCKS)))
 def test_readme_example_runs(i):
-    exec(compile(BLOCKS[i], f"README.md[python block {i}]", "exec"), {})
+    ns: dict = {}
+    exec(compile(BLOCKS[i], f"README.md[python block {i}]", "exec"), ns)
+    expected = {**stated_shapes(BLOCKS[i]), **IMPLIED[i]}
+    assert expected
+    for name, shape in expected.items():
+        assert tuple(ns[name].shape) == shape, f"block {i}: {name}"

@@ -21,6 +21,36 @@ def test_every_required_preset_exists():
     assert REQUIRED <= set(PositionScheme.presets())
 
 
+# preset -> (embedding, bias, content-relative, memory, rotary: None | "rope" | "xpos"), as the papers place them
+TRAINED_PARTS = {
+    "nope": ("nope", None, None, None, None), "sinusoidal": ("sinusoidal", None, None, None, None),
+    "learned": ("learned", None, None, None, None), "hierarchical": ("hierarchical", None, None, None, None),
+    "floater": ("floater", None, None, None, None), "complex_order": ("complex_order", None, None, None, None),
+    "shaw": ("nope", None, "shaw", None, None),
+    "transformer_xl": ("nope", None, "transformer_xl", ("xl_recurrence", {"mem_len": 32}), None),
+    "t5": ("nope", "t5", None, None, None), "deberta": ("nope", None, "deberta", None, None),
+    "rope": ("nope", None, None, None, "rope"), "xpos": ("nope", None, None, None, "xpos"),
+    "alibi": ("nope", "alibi", None, None, None), "kerple_power": ("nope", "kerple_power", None, None, None),
+    "kerple_log": ("nope", "kerple_log", None, None, None), "sandwich": ("nope", "sandwich", None, None, None),
+    "infini": ("nope", None, None, ("infini", {"segment_len": 8}), "rope"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED))
+def test_trained_presets_build_the_papers_parts(name):
+    """Which part each preset sets, at train_len 32 (XL's memory defaults to one segment of L, Infini's
+    segments to L/4), and a causal mask with no window for all of them."""
+    s = PositionScheme.preset(name, train_len=32)
+
+    def kind(part):
+        return None if part is None else part.kind
+
+    rotary = None if s.rope is None else ("xpos" if s.rope.xpos else "rope")
+    memory = s.memory and (s.memory.kind, s.memory.params)
+    assert (kind(s.embedding), kind(s.bias), kind(s.relative), memory, rotary) == TRAINED_PARTS[name]
+    assert s.mask.causal and s.mask.window is None and s.remap is None and s.train_len == 32
+
+
 @pytest.mark.parametrize("name", sorted(TRAINED))
 def test_trained_presets_roundtrip_json(name):
     s = PositionScheme.preset(name, train_len=32)
@@ -70,6 +100,27 @@ def _tiny(name, **kw):
     return TinyLM(LMConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, scheme=s, train_len=16))
 
 
+# The scheme's own learned parameters (name suffixes inside TinyLM); every other parameter is the plain
+# decoder's. Fixed schemes (sinusoidal, rope, xpos, alibi, sandwich, nope) add none.
+POSITIONAL_PARAMS = {
+    "complex_order": {"pos.omega", "pos.theta"},
+    "deberta": {"relative.k_rel", "relative.q_rel"},
+    "floater": {"pos.p0", "pos.dynamics.net.0.weight", "pos.dynamics.net.0.bias", "pos.dynamics.net.2.weight",
+                "pos.dynamics.net.2.bias"},
+    "hierarchical": {"pos.table"},
+    "infini": {"memory.beta"},
+    "kerple_log": {"bias.r1", "bias.r2"},
+    "kerple_power": {"bias.r1", "bias.r2"},
+    "learned": {"pos.table"},
+    "shaw": {"relative.key_table", "relative.value_table"},
+    "t5": {"bias.weight"},
+    "transformer_xl": {"relative.u", "relative.v", "relative.w_r"},
+}
+# Parameters allowed to receive no gradient, with the reason. None at N = train_len: every learned
+# part is reached by the loss (Shaw's value table and XL's u, v start at zero but their gradients do not).
+NO_GRAD: dict[str, str] = {}
+
+
 @pytest.mark.parametrize("name", sorted(TRAINED))
 def test_tinylm_forward_and_backward_every_trained_preset(name):
     torch.manual_seed(0)
@@ -78,8 +129,15 @@ def test_tinylm_forward_and_backward_every_trained_preset(name):
     logits = m(ids)
     assert logits.shape == (2, 16, 50) and torch.isfinite(logits).all()
     torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
-    assert all(p.grad is not None for p in m.parameters() if p.requires_grad and p.numel() > 0
-               and "value_table" not in "")
+    plain = {n for n, _ in _tiny("nope").named_parameters()}
+    own = {n.split(".attn.parts.")[-1].split(".attn.")[-1] for n, _ in m.named_parameters() if n not in plain}
+    assert own == POSITIONAL_PARAMS.get(name, set())
+    for n, p in m.named_parameters():
+        if n in NO_GRAD:
+            continue
+        assert p.grad is not None, f"{name}: {n} gets no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name}: {n} has a non-finite gradient"
+        assert p.grad.abs().max() > 0, f"{name}: {n} has an all-zero gradient"
 
 
 def test_with_scheme_keeps_weights_and_changes_only_positions():
