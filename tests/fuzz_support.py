@@ -21,7 +21,7 @@ parameter), and optionally a logit soft-cap.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -77,12 +77,11 @@ assert DRAWN_METHODS | {"hierarchical"} == set(METHODS), "a method was added: te
 LONG = 400  # largest window / length parameter drawn
 
 
-@dataclass(frozen=True)
 class Drawn:
     """A drawn scheme and the recipe that built it (printed by hypothesis on failure)."""
 
-    scheme: PositionScheme
-    recipe: str
+    def __init__(self, scheme: PositionScheme, recipe: str):
+        self.scheme, self.recipe = scheme, recipe
 
     def __repr__(self) -> str:
         return self.recipe
