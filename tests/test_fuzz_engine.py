@@ -148,11 +148,13 @@ def cases(draw, n_max=N_MAX, lengths=None):
 
 
 # ====================================================================== tests
-@settings(max_examples=examples(ci=15, fuzz=4000))
+@settings(max_examples=examples(ci=15, fuzz=2500))
 @given(case=cases())
 def test_every_eager_path_equals_reference(case):
     outputs = {impl: case.run(impl) for impl in EAGER_IMPLS}
-    if not flex_applicable(case.parts, needs_grad=False):  # flex here is the band / sinks / blockwise route
+    with torch.no_grad():  # (learned biases count as fixed only without autograd, as in case.run)
+        compiled = flex_applicable(case.parts, needs_grad=False)
+    if not compiled:  # flex here is the band / sinks / blockwise route
         outputs["flex"] = case.run("flex")
     outputs.update(case.direct_paths())
     case.check(outputs)
@@ -171,7 +173,7 @@ def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, **params):
 @pytest.mark.compile
 @example(case=_pinned("sliding_window", 40, 40, [0, 0], train_len=16, window=10))  # a piece shorter than a block
 @example(case=_pinned("alibi", 5, 56, [0, 3], train_len=16))  # Nq < Nk with padding
-@flex_settings(ci_generated=0, fuzz=300)
+@flex_settings(ci_generated=0, fuzz=120)
 @given(case=cases(lengths=FLEX_LENGTHS))
 def test_compiled_flex_equals_reference(case):
     """Compiled FlexAttention (single-branch schemes; others take the routes tested above) on a few
