@@ -68,7 +68,7 @@ def _full_and_decoded(model, ids, mask, prefill, chunk):
     return full, torch.cat(outs, dim=1)
 
 
-@settings(max_examples=examples(ci=25, fuzz=1500))
+@settings(max_examples=examples(ci=15, fuzz=1500))
 @given(case=decode_cases())
 def test_cached_decode_equals_full_forward(case):
     drawn, n_heads, n_kv, head_dim, total, pad, prefill, chunk, seed = case

@@ -148,7 +148,7 @@ def cases(draw, n_max=N_MAX, lengths=None):
 
 
 # ====================================================================== tests
-@settings(max_examples=examples(ci=15, fuzz=2500))
+@settings(max_examples=examples(ci=12, fuzz=2500))
 @given(case=cases())
 def test_every_eager_path_equals_reference(case):
     outputs = {impl: case.run(impl) for impl in EAGER_IMPLS}
