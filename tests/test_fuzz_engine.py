@@ -25,9 +25,8 @@ each path's arithmetic):
 - bf16: 2^-4 = 0.0625. bf16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3); paths round the
   scores (q.k in bf16, biases added in bf16) and the probabilities before the value product, so a
   logit of magnitude ~8 carries an absolute error up to ~0.03, a 3 % change in its weight, and the
-  output (a weighted mean of values of size ~3) moves by up to ~0.1 of a value's magnitude in the worst
-  row; measured maximum over 2000 fuzz examples is recorded in the README. A bug (a wrong branch, a
-  missed mask, a stale position) moves outputs by O(1).
+  output (a weighted mean of values of size ~3) moves by a few hundredths of its largest value in the
+  worst row. A bug (a wrong branch, a missed mask, a stale position) moves outputs by O(1).
 """
 
 from __future__ import annotations
