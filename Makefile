@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 PRESET  ?= quick
 OUT     ?= runs/bench-$(PRESET)
 
-.PHONY: venv test lint bench perf clean
+.PHONY: venv test lint bench perf fuzz clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,12 @@ ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine
 test: $(STAMP) lint
 	$(VPY) -m pytest -n 2 -q tests
 	POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
+
+# Differential fuzzing, randomised (about 20 minutes on 2 cores): every engine path against the reference
+# and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
+fuzz: $(STAMP)
+	POSENC_HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -n 2 -q -p no:cacheprovider --hypothesis-show-statistics \
+		tests/test_fuzz_engine.py tests/test_fuzz_cache.py
 
 bench: $(STAMP)
 	$(VENV)/bin/posenc bench --preset $(PRESET) --out $(OUT)
