@@ -419,12 +419,16 @@ def _relative(kind):
     return make
 
 
-def _infini(train_len=None, segment_len=None, rope=True, **params):
+def _infini(train_len=None, segment_len=None, rope=True, delta_rule=False, **params):
+    """``delta_rule`` goes to the memory (Munkhdalai et al. 2024, eq. 10); other parameters to RoPE."""
     seg = segment_len or (train_len // 4 if train_len else None)
     if seg is None:
         raise ValueError("preset 'infini' needs train_len or segment_len")
+    if not isinstance(delta_rule, bool):
+        raise TypeError(f"infini.delta_rule must be a bool, got {delta_rule!r}")
+    memory = {"segment_len": seg, **({"delta_rule": True} if delta_rule else {})}
     return PositionScheme(name="infini", rope=RopeSpec(**params) if rope else None,
-                          memory=Part("infini", {"segment_len": seg}), train_len=train_len)
+                          memory=Part("infini", memory), train_len=train_len)
 
 
 TRAINED: dict[str, tuple[Callable[..., PositionScheme], str]] = {

@@ -75,6 +75,10 @@ def test_unknown_preset_parameters_are_refused_at_construction(name, params, mat
 def test_known_preset_parameters_still_work():
     assert P.preset("t5", num_buckets=16).bias.params == {"num_buckets": 16}
     assert P.preset("infini", train_len=64, segment_len=8).memory.params == {"segment_len": 8}
+    assert P.preset("infini", train_len=64, delta_rule=True).memory.params == {"segment_len": 16,
+                                                                             "delta_rule": True}
+    with pytest.raises(TypeError, match="infini.delta_rule must be a bool"):
+        P.preset("infini", train_len=64, delta_rule="yes")
     assert P.preset("transformer_xl", train_len=16).memory.params == {"mem_len": 16}
 
 
