@@ -12,12 +12,12 @@ and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.report`), and
 table. The protocol is the one of ALiBi (arXiv:2108.12409, Table 2: non-overlapping windows, every
 position counts) with Su's next-token accuracy next to perplexity (ReRoPE post, kexue.fm/archives/9708).
 
-CLI: ``posenc bench --preset quick --out DIR [--corpus NAME] [--device cpu] [--runs-dir DIR]``.
+Command line (:mod:`posenc.cli.bench`):
+``posenc bench --preset quick --out DIR [--corpus NAME] [--device cpu] [--runs-dir DIR]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,7 +29,7 @@ from pathlib import Path
 from posenc._util import check_device, check_positive_int
 from posenc.report import REQUIRED_KEYS, markdown_tables, shape_checks, write_report
 
-__all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "add_parser"]
+__all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench"]
 
 ROPE_METHODS = ("pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_ntk_qwen", "yarn", "dynamic_yarn", "rerope",
                 "leaky_rerope", "selfextend", "logn", "rerope+logn", "ntk_mixed+logn", "lm_infinite",
@@ -356,26 +356,6 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         print()
         print("\n".join(shape_checks(results["records"])))
     return results
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench", help="train short, test long: every scheme and method under one protocol")
-    p.add_argument("--preset", default="quick", choices=sorted(PRESETS))
-    p.add_argument("--out", required=True, help="folder for results.json, report.md/html and PNGs")
-    p.add_argument("--runs-dir", default=None, help="checkpoint folder (default OUT/runs)")
-    p.add_argument("--corpus", default=None, help="corpus name or path (default: the preset's)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the preset's)")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=_cli)
-    return p
-
-
-def _cli(args: argparse.Namespace) -> int:
-    run_bench(args.preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
-              runs_dir=args.runs_dir, threads=args.threads)
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,11 +17,8 @@ silently truncated. A learned absolute table beyond its length is evaluated with
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
@@ -252,76 +249,3 @@ def format_table(records: Sequence[dict]) -> str:
         lines.append(f"{r['scheme'][:16]:16s} {r['method'][:16]:16s} {r['train_len']:6d} {r['eval_len']:6d} "
                      f"{ppl:>10s} {acc:>6s} {pk:>7s}  {status}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    p = sub.add_parser("eval", help="perplexity / accuracy / passkey of a checkpoint at several lengths")
-    p.add_argument("checkpoint", nargs="?", help="run folder written by `posenc train`")
-    p.add_argument("--lengths", type=int, nargs="+", default=None, help="evaluation lengths (default: train_len)")
-    p.add_argument("--methods", nargs="*", default=[], help="inference-time methods (e.g. pi ntk yarn rerope)")
-    p.add_argument("--corpus", default=None, help="corpus name or path (default: the training corpus)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"))
-    p.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding"))
-    p.add_argument("--max-windows", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--passkey", action="store_true", help="also run passkey retrieval at each length")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--report", default=None, metavar="DIR",
-                   help="also write results.json, report.md, report.html and plots (as posenc bench does)")
-    from posenc.hf_eval import add_hf_eval_args
-
-    add_hf_eval_args(p)  # --hf-model, --text, --param, --factor, --window, --passkey-trials, ...
-    p.set_defaults(func=_cli)
-
-
-def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
-    """``posenc eval --hf-model DIR --text FILE|--corpus NAME``: a Hugging Face model under each
-    method (see :mod:`posenc.hf_eval`), reported like a posenc checkpoint."""
-    from posenc.hf import method_params as hf_params
-    from posenc.hf_eval import evaluate_hf
-
-    if args.text:
-        from posenc.data import make_tokenizer
-
-        tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
-    elif args.corpus:
-        from posenc.data import prepare
-
-        tokens = prepare(args.corpus, "byte").split(args.split)
-    else:
-        raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
-    return evaluate_hf(args.hf_model, tokens, args.lengths or [256], args.methods or ["none"],
-                       params=hf_params(args), max_windows=args.max_windows or 4,
-                       passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
-    if args.hf_model:
-        records = _evaluate_hf(args)
-    else:
-        if not args.checkpoint:
-            raise ValueError("give a checkpoint folder (or --hf-model NAME)")
-        records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
-                                      split=args.split, mode=args.mode, max_windows=args.max_windows,
-                                      batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
-                                      device=args.device)
-    print(format_table(records))
-    if args.report:
-        from posenc.report import write_report
-
-        results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
-                            "lengths": args.lengths, "methods": args.methods}, "records": records}
-        out = Path(args.report)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-        paths = write_report(results, out)
-        print(f"report: {paths['html']}")
-    if args.json:
-        from posenc.data import _atomic_write_bytes
-
-        _atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
-    return 0

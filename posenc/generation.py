@@ -14,15 +14,13 @@ engine's ``key_mask``, so a row's result does not depend on how much it was padd
 scheme (StreamingLLM: ``model.with_scheme("streaming_llm", window=..., n_sinks=...)``, Xiao et al.,
 arXiv 2309.17453) with memory bounded by ``n_sinks + window`` keys per layer.
 
-CLI: ``posenc generate RUN_DIR --prompt TEXT [--method NAME --param k=v] [--stream]``.
+Command line (:mod:`posenc.cli.generate`):
+``posenc generate RUN_DIR --prompt TEXT [--method NAME --param k=v] [--stream]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -248,7 +246,7 @@ def stream_tokens(model, token_iter: Iterable[int], chunk: int = 64, output: str
         yield from flush()
 
 
-# ====================================================================== CLI
+# ====================================================================== run folders
 def _load_run(run_dir: str):
     """(model, tokenizer) of a run directory written by ``posenc train`` (``posenc.checkpoint``)."""
     from posenc.checkpoint import load_model, read_config, tokenizer_spec
@@ -260,70 +258,3 @@ def _load_run(run_dir: str):
     if isinstance(options.get("path"), str) and not os.path.isabs(options["path"]):
         options["path"] = str(Path(run_dir) / options["path"])
     return model.eval(), make_tokenizer(name, **options)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("generate", help="generate text from a checkpoint (KV cache), or stream with StreamingLLM")
-    p.add_argument("ckpt", help="run directory (config.json + model.safetensors)")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--method", "--scheme", dest="method", default=None,
-                   help="inference-time method applied to the checkpoint's scheme (e.g. yarn, rerope+logn)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stream", action="store_true",
-                   help="run StreamingLLM over the prompt repeated to --stream-tokens; report tokens/s and memory")
-    p.add_argument("--stream-tokens", type=int, default=10000)
-    p.add_argument("--chunk", type=int, default=64, help="tokens per forward when streaming")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    from posenc.scheme import parse_params
-
-    check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded
-    check_positive_int("--chunk", args.chunk)
-    params = parse_params(args.param)
-    model, tokenizer = _load_run(args.ckpt)
-    if args.stream:
-        method = args.method or "streaming_llm"
-        model = model.with_scheme(method, **params)
-        ids = tokenizer.encode(args.prompt)
-        if not ids:
-            raise ValueError("--prompt must not be empty")
-        n = check_positive_int("--stream-tokens", args.stream_tokens)
-        stream = (ids[i % len(ids)] for i in range(n))
-        t0, total, count = time.perf_counter(), 0.0, 0
-        session_losses = stream_tokens(model, stream, chunk=args.chunk)
-        for loss in session_losses:
-            if loss == loss:  # not NaN
-                total, count = total + loss, count + 1
-        dt = time.perf_counter() - t0
-        print(f"streamed {n} tokens with {model.scheme.name}: {n / dt:.1f} tokens/s, mean loss "
-              f"{total / max(count, 1):.4f}, RSS {resident_memory_bytes() / 2**20:.1f} MiB")
-        return 0
-    if args.method:
-        model = model.with_scheme(args.method, **params)
-    elif params:
-        raise ValueError("--param needs --method")
-    ids = tokenizer.encode(args.prompt)
-    if not ids:
-        raise ValueError("--prompt must not be empty")
-    new: list[int] = []
-    printed = [0]
-
-    def on_token(step, tok):
-        new.append(int(tok[0]))
-        text = tokenizer.decode(new)
-        sys.stdout.write(text[printed[0]:])
-        sys.stdout.flush()
-        printed[0] = len(text)
-
-    sys.stdout.write(args.prompt)
-    generate(model, torch.tensor([ids]), args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-             top_p=args.top_p, seed=args.seed, stream=on_token, eos_token_id=getattr(tokenizer, "eos_id", None))
-    sys.stdout.write("\n")
-    return 0

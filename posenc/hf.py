@@ -43,14 +43,12 @@ The scheme is built from the config (:func:`scheme_from_config`): ``rope_paramet
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 from pathlib import Path
 
 import torch
 
-from posenc.scheme import METHODS, PositionScheme, RopeSpec, parse_params
+from posenc.scheme import METHODS, PositionScheme, RopeSpec
 
 # posenc method name -> transformers rope_type, for methods transformers implements itself
 HF_NATIVE = {"pi": "linear", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
@@ -406,45 +404,8 @@ def load(path, **kwargs):
     return model.eval()
 
 
-# ===================================================================== CLI: posenc extend
-def add_parser(sub) -> None:
-    p = sub.add_parser("extend", help="extend a Hugging Face model's context with a posenc method")
-    p.add_argument("--model", required=True, help="HF model dir")
-    p.add_argument("--method", required=True, help="e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
-    p.add_argument("--factor", type=float, default=None, help="shorthand for --param factor=F")
-    p.add_argument("--window", type=int, default=None, help="shorthand for --param window=W")
-    p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
-                   help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (default: auto=yes)")
-    p.add_argument("--save", required=True, help="output model dir")
-    p.set_defaults(func=_cli)
-
-
-def method_params(args) -> dict:
-    params = parse_params(getattr(args, "param", None) or [])
-    for k in ("factor", "window"):
-        if getattr(args, k, None) is not None:
-            params[k] = getattr(args, k)
-    return params
-
-
-def _cli(args: argparse.Namespace) -> int:
-    native = {"auto": None, "yes": True, "no": False}[args.native]
-    model = load(args.model)
-    extend(model, args.method, native=native, **method_params(args))
-    out = save(model, args.save)
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
-        src = Path(args.model) / f
-        if src.exists():
-            (out / f).write_bytes(src.read_bytes())
-    cfg = json.loads((out / "config.json").read_text())
-    print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
-                      "posenc": cfg.get("posenc")}))
-    return 0
-
-
 def __getattr__(name):  # evaluation lives in posenc.hf_eval; keep posenc.hf.evaluate_hf working
-    if name in ("evaluate_hf", "add_hf_eval_args", "run_hf_eval"):
+    if name == "evaluate_hf":
         from posenc import hf_eval
 
         return getattr(hf_eval, name)

@@ -9,8 +9,6 @@ vocabulary must hold them (real HF checkpoints: pass ``tokens`` from their own t
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,63 +102,3 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 rec.update(status="error", note=str(exc))
             records.append(rec)
     return records
-
-
-# ===================================================================== CLI hook for `posenc eval`
-def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.replace(",", " ").split()]
-
-
-def _strs(s: str) -> list[str]:
-    return [x for x in s.replace(",", " ").split() if x]
-
-
-def add_hf_eval_args(parser: argparse.ArgumentParser) -> None:
-    """Add the HF options to an ``eval`` parser; options it already defines (``--lengths``,
-    ``--methods``, ``--param``, ...) are reused, not added twice."""
-    have = set(parser._option_string_actions)
-
-    def add(flag, **kw):
-        if flag not in have:
-            parser.add_argument(flag, **kw)
-
-    add("--hf-model", default=None, help="evaluate a Hugging Face model dir under posenc methods")
-    add("--text", default=None, help="text file to score (byte tokenizer)")
-    add("--corpus", default=None, help="posenc corpus name; its test split is scored (byte tokenizer)")
-    add("--lengths", type=_ints, default=[256], help="evaluation lengths, e.g. 256,512,1024")
-    add("--methods", type=_strs, default=["none"], help="methods, e.g. none,yarn,dynamic_ntk,rerope")
-    add("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
-    add("--factor", type=float, default=None, help="shorthand for --param factor=F")
-    add("--window", type=int, default=None, help="shorthand for --param window=W")
-    add("--max-windows", type=int, default=4, help="evaluation windows per length")
-    add("--passkey-trials", type=int, default=0, help="passkey prompts per depth (0: skip passkey)")
-    add("--passkey-depths", type=lambda s: [float(x) for x in _strs(s)], default=[0.5])
-    add("--out", default=None, help="write the records as JSON lines here")
-
-
-def run_hf_eval(args: argparse.Namespace) -> int:
-    from posenc.hf import method_params
-
-    if args.text:
-        from posenc.data import make_tokenizer
-
-        with open(args.text, encoding="utf-8") as f:
-            tokens = make_tokenizer("byte").encode_array(f.read())
-    elif getattr(args, "corpus", None):
-        from posenc.data import prepare
-
-        tokens = prepare(args.corpus, "byte").split("test")
-    else:
-        raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
-    lengths = args.lengths if isinstance(args.lengths, list) else _ints(str(args.lengths))
-    methods = args.methods if isinstance(args.methods, list) else _strs(str(args.methods))
-    records = evaluate_hf(args.hf_model, tokens, lengths, methods, params=method_params(args),
-                          max_windows=getattr(args, "max_windows", 4),
-                          passkey_trials=getattr(args, "passkey_trials", 0),
-                          passkey_depths=getattr(args, "passkey_depths", [0.5]))
-    lines = [json.dumps(r) for r in records]
-    if getattr(args, "out", None):
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0

@@ -7,18 +7,18 @@
 - :func:`plot_rotations`: YaRN rotations ``r_i`` with the ``beta_fast``/``beta_slow`` thresholds, the
   ramp, and the critical dimension of arXiv 2310.05209.
 
-CLI: ``posenc plot {decay,frequencies,rotations} --out FILE.png [--head-dim --base --train-len]``.
+Command line (:mod:`posenc.cli.plot`):
+``posenc plot {decay,frequencies,rotations} --out FILE.png [--head-dim --base --train-len]``.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from posenc import analysis
-from posenc._util import check_finite, check_positive_int
+from posenc._util import check_finite
 
-__all__ = ["PLOTS", "add_parser", "plot_decay", "plot_frequencies", "plot_rotations"]
+__all__ = ["PLOTS", "plot_decay", "plot_frequencies", "plot_rotations"]
 
 
 def _figure(ncols: int = 1, width: float = 6.4):
@@ -140,29 +140,3 @@ def plot_rotations(path, head_dim: int = 128, base: float = 10000.0, train_len: 
 
 
 PLOTS = {"decay": plot_decay, "frequencies": plot_frequencies, "rotations": plot_rotations}
-
-
-def _run(args: argparse.Namespace) -> int:
-    head_dim = check_positive_int("head-dim", args.head_dim, minimum=2)
-    base = check_finite("base", args.base, minimum=1.0, strict_min=True)
-    train_len = check_positive_int("train-len", args.train_len)
-    if args.kind == "decay":
-        path = plot_decay(args.out, head_dim, base, max_distance=args.max_distance)
-    else:
-        path = PLOTS[args.kind](args.out, head_dim, base, train_len)
-    print(path)
-    return 0
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``posenc plot`` (called by ``posenc.cli``)."""
-    p = subparsers.add_parser("plot", help="draw an analysis picture (decay, frequencies, rotations)",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("kind", choices=sorted(PLOTS))
-    p.add_argument("--out", required=True, help="output .png file")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--base", type=float, default=10000.0)
-    p.add_argument("--train-len", type=int, default=4096)
-    p.add_argument("--max-distance", type=int, default=1024, help="decay: largest relative distance")
-    p.set_defaults(func=_run)
-    return p

@@ -28,7 +28,6 @@ Two kinds of presets:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Callable
@@ -591,39 +590,3 @@ METHODS: dict[str, tuple[Callable[..., PositionScheme], str, tuple[str, ...]]] =
     "hierarchical": (_hierarchical, "Su: read a learned table through its hierarchical decomposition (n^2)",
                      ("alpha",)),
 }
-
-
-# ===================================================================== CLI: posenc schemes
-def add_parser(sub) -> None:
-    p = sub.add_parser("schemes", help="list presets, or print one preset's JSON")
-    p.add_argument("name", nargs="?", help="preset to print (e.g. alibi, or yarn with --train-len)")
-    p.add_argument("--train-len", type=int, default=None)
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="preset parameter, repeatable (e.g. --param factor=4)")
-    p.set_defaults(func=_cli)
-
-
-def parse_params(items) -> dict:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--param expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
-
-
-def _cli(args: argparse.Namespace) -> int:
-    if args.name is None:
-        for name, desc in PositionScheme.presets().items():
-            kind = "method " if name in METHODS else "trained"
-            print(f"{name:18s} {kind}  {desc}")
-        return 0
-    params = parse_params(args.param)
-    if args.train_len is not None:
-        params["train_len"] = args.train_len
-    print(json.dumps(PositionScheme.preset(args.name, **params).to_dict(), indent=2))
-    return 0

@@ -24,13 +24,12 @@ its weights are loaded into a TinyLM built with the new scheme; an inference-tim
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -40,7 +39,7 @@ import torch.nn.functional as F
 from posenc import checkpoint as ckpt
 from posenc._util import check_device
 from posenc.model import LMConfig, TinyLM
-from posenc.scheme import METHODS, PositionScheme, parse_params
+from posenc.scheme import METHODS, PositionScheme
 
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
@@ -306,37 +305,3 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, get_ba
     state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
     save(True)
     return _summary(run_dir, state, resumed_from=resumed_from)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train a TinyLM under a position scheme (resumable; torchrun for DDP)")
-    p.add_argument("--out-dir", "--out", dest="out_dir", required=True, help="run folder (checkpoint)")
-    p.add_argument("--scheme", default="rope", help="preset name (see `posenc schemes`) or a scheme JSON file")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="scheme parameter, repeatable (e.g. --param factor=2)")
-    p.add_argument("--init", default=None, metavar="CKPT", help="start from this checkpoint's weights")
-    defaults = TrainConfig(out_dir="")
-    skip = {"out_dir", "scheme", "scheme_params", "init", "compile"}
-    for f in fields(TrainConfig):
-        if f.name in skip:
-            continue
-        v = getattr(defaults, f.name)
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(v), default=v, help=f"(default {v})")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    scheme: str | dict = args.scheme
-    if scheme.endswith(".json") and Path(scheme).is_file():
-        scheme = json.loads(Path(scheme).read_text())
-    kw = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
-          if f.name not in ("scheme", "scheme_params") and hasattr(args, f.name)}
-    cfg = TrainConfig(**kw, scheme=scheme, scheme_params=parse_params(args.param))
-    summary = train(cfg, progress=not args.quiet)
-    if _dist_env()[0] == 0:
-        out = {k: v for k, v in summary.items() if k != "history"}
-        print(json.dumps(out, indent=2))
-    return 0

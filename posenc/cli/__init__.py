@@ -1,5 +1,9 @@
-"""``posenc`` command line. Thin: each subcommand lives in the module that owns its logic and
-exposes ``add_parser(subparsers)`` (which sets ``func``); this file only wires them together."""
+"""``posenc`` command line.
+
+The only place where posenc uses argparse. Each subcommand is one module of this package with
+``add_parser(subparsers)`` (which sets ``func``) and ``run(args)``, which turns the parsed flags into calls
+of the library's plain functions. Flags shared by several subcommands are defined once in
+:mod:`posenc.cli._common`. This file wires the subcommands together and turns user errors into one line."""
 
 from __future__ import annotations
 
@@ -8,17 +12,18 @@ import importlib
 import os
 import sys
 
-# subcommand -> module that defines add_parser(subparsers). Imported lazily so `posenc --help`
-# stays fast and a missing optional dependency only breaks its own command.
+# subcommand -> module that defines add_parser(subparsers). Imported lazily (and each imports the library
+# inside its functions) so `posenc --help` stays fast and a missing optional dependency only breaks its own
+# command.
 SUBCOMMANDS = {
-    "bench": "posenc.bench",
-    "train": "posenc.train",
-    "eval": "posenc.evaluate",
-    "generate": "posenc.generation",
-    "extend": "posenc.hf",
-    "plot": "posenc.plots",
-    "perf": "posenc.perf",
-    "schemes": "posenc.scheme",
+    "bench": "posenc.cli.bench",
+    "train": "posenc.cli.train",
+    "eval": "posenc.cli.eval",
+    "generate": "posenc.cli.generate",
+    "extend": "posenc.cli.extend",
+    "plot": "posenc.cli.plot",
+    "perf": "posenc.cli.perf",
+    "schemes": "posenc.cli.schemes",
 }
 
 
@@ -28,13 +33,7 @@ def build_parser(names=None) -> argparse.ArgumentParser:
     for name, module in SUBCOMMANDS.items():
         if names is not None and name not in names:
             continue
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("posenc"):
-                continue  # not built yet
-            raise
-        mod.add_parser(sub)
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 

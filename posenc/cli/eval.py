@@ -1,0 +1,97 @@
+"""``posenc eval``: a posenc checkpoint (:func:`posenc.evaluate.evaluate_checkpoint`) or, with ``--hf-model``,
+a Hugging Face model (:func:`posenc.hf_eval.evaluate_hf`) at several lengths under inference-time methods."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from posenc.cli._common import add_device, add_factor_window, add_param, add_quiet, floats, method_params
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("eval", help="perplexity / accuracy / passkey of a checkpoint at several lengths")
+    p.add_argument("checkpoint", nargs="?", help="run folder written by `posenc train`")
+    p.add_argument("--lengths", type=int, nargs="+", default=None, help="evaluation lengths (default: train_len)")
+    p.add_argument("--methods", nargs="*", default=[], help="inference-time methods (e.g. pi ntk yarn rerope)")
+    p.add_argument("--corpus", default=None, help="corpus name or path (default: the training corpus)")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"))
+    p.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding"))
+    p.add_argument("--max-windows", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--passkey", action="store_true", help="also run passkey retrieval at each length")
+    add_device(p)
+    p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
+    add_quiet(p, "no progress bars")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="also write results.json, report.md, report.html and plots (as posenc bench does)")
+    _add_hf_args(p)
+    p.set_defaults(func=run)
+
+
+def _add_hf_args(p: argparse.ArgumentParser) -> None:
+    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus`` and ``--max-windows``
+    above serve both paths)."""
+    p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model dir under posenc methods")
+    p.add_argument("--text", default=None, help="text file to score (byte tokenizer)")
+    add_param(p)
+    add_factor_window(p)
+    p.add_argument("--passkey-trials", type=int, default=0, help="passkey prompts per depth (0: skip passkey)")
+    p.add_argument("--passkey-depths", type=floats, default=[0.5])
+    p.add_argument("--out", default=None, help="write the records as JSON lines here")
+
+
+def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
+    """``posenc eval --hf-model DIR --text FILE|--corpus NAME``: a Hugging Face model under each
+    method (see :mod:`posenc.hf_eval`), reported like a posenc checkpoint."""
+    from posenc.hf_eval import evaluate_hf
+
+    if args.text:
+        from posenc.data import make_tokenizer
+
+        tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
+    elif args.corpus:
+        from posenc.data import prepare
+
+        tokens = prepare(args.corpus, "byte").split(args.split)
+    else:
+        raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
+    return evaluate_hf(args.hf_model, tokens, args.lengths or [256], args.methods or ["none"],
+                       params=method_params(args), max_windows=args.max_windows or 4,
+                       passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
+
+
+def run(args: argparse.Namespace) -> int:
+    from posenc.evaluate import check_eval_args, evaluate_checkpoint, format_table
+
+    check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
+    if args.hf_model:
+        records = _evaluate_hf(args)
+    else:
+        if not args.checkpoint:
+            raise ValueError("give a checkpoint folder (or --hf-model NAME)")
+        records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
+                                      split=args.split, mode=args.mode, max_windows=args.max_windows,
+                                      batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
+                                      device=args.device)
+    print(format_table(records))
+    if args.report:
+        _write_report(args, records)
+    if args.json:
+        from posenc.data import _atomic_write_bytes
+
+        _atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
+    return 0
+
+
+def _write_report(args: argparse.Namespace, records: list[dict]) -> None:
+    from posenc.report import write_report
+
+    results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
+                        "lengths": args.lengths, "methods": args.methods}, "records": records}
+    out = Path(args.report)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    paths = write_report(results, out)
+    print(f"report: {paths['html']}")

@@ -1,0 +1,41 @@
+"""``posenc extend``: load a Hugging Face model, apply a posenc method (:func:`posenc.hf.extend`) and save it
+(:func:`posenc.hf.save`) with its tokenizer files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from posenc.cli._common import add_factor_window, add_param, method_params
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("extend", help="extend a Hugging Face model's context with a posenc method")
+    p.add_argument("--model", required=True, help="HF model dir")
+    p.add_argument("--method", required=True, help="e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
+    add_param(p)
+    add_factor_window(p)
+    p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
+                   help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (default: auto=yes)")
+    p.add_argument("--save", required=True, help="output model dir")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from posenc.hf import extend, load, save
+
+    native = {"auto": None, "yes": True, "no": False}[args.native]
+    model = load(args.model)
+    extend(model, args.method, native=native, **method_params(args))
+    out = save(model, args.save)
+    for f in _TOKENIZER_FILES:
+        src = Path(args.model) / f
+        if src.exists():
+            (out / f).write_bytes(src.read_bytes())
+    cfg = json.loads((out / "config.json").read_text())
+    print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
+                      "posenc": cfg.get("posenc")}))
+    return 0
