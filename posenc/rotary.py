@@ -178,11 +178,55 @@ _KERNEL_STATE: dict = {}
 _KERNEL_MIN_NUMEL = 1 << 15  # below this the kernel's call overhead is not worth it (and tests stay compile-free)
 
 
+def _extension_dir() -> str:
+    """Build folder of the fused kernel: torch's extension cache (``TORCH_EXTENSIONS_DIR`` or
+    ``~/.cache/torch_extensions``), one subfolder per Python and torch version."""
+    import sys
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                 "torch_extensions")
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}".replace("+", "_")
+    return os.path.join(root, f"posenc_rope_v1-{tag}")
+
+
+class _BuildLock:
+    """Exclusive ``flock`` on ``<build dir>/posenc.lock`` around the extension build.
+
+    Why: torch's ``load_inline`` serialises builds with a *file baton* (``<build dir>/lock``, created
+    and deleted, never tied to a process). A build killed half-way (Ctrl-C, a CI timeout, a killed test
+    worker) leaves the baton behind, and every later ``load_inline`` of that extension waits for it
+    forever, asleep: the test suite then hangs. An ``flock`` is released by the kernel when its holder
+    dies, so whoever holds it knows that no live process is building, and a baton it finds is stale.
+    """
+
+    def __init__(self, build_dir: str):
+        self.path = os.path.join(build_dir, "posenc.lock")
+        self.baton = os.path.join(build_dir, "lock")
+        self.fd = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no flock, keep torch's own behaviour
+            return self
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # waits while a live process builds
+        if os.path.exists(self.baton):
+            os.remove(self.baton)  # left by a build that died: nobody else can hold it now
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
+
+
 def rope_kernel():
     """The compiled fused kernel module, or None (compilation failed, disabled by ``POSENC_NO_EXT=1``).
 
-    Built once with ``torch.utils.cpp_extension.load_inline`` (cached in ``~/.cache/torch_extensions``);
-    never needed for correctness: every caller falls back to the pure PyTorch rotation.
+    Built once with ``torch.utils.cpp_extension.load_inline`` into :func:`_extension_dir`, under
+    :class:`_BuildLock` (a killed build cannot make later processes wait forever); never needed for
+    correctness: every caller falls back to the pure PyTorch rotation.
     """
     if "mod" not in _KERNEL_STATE:
         _KERNEL_STATE["mod"] = None
@@ -191,10 +235,13 @@ def rope_kernel():
         try:
             from torch.utils.cpp_extension import load_inline
 
-            _KERNEL_STATE["mod"] = load_inline(
-                name="posenc_rope_v1", cpp_sources=[_KERNEL_SRC], functions=["rope_rows"],
-                extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math"],
-                extra_ldflags=["-fopenmp"], verbose=False)
+            build_dir = _extension_dir()
+            os.makedirs(build_dir, exist_ok=True)
+            with _BuildLock(build_dir):
+                _KERNEL_STATE["mod"] = load_inline(
+                    name="posenc_rope_v1", cpp_sources=[_KERNEL_SRC], functions=["rope_rows"],
+                    extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off", "-fno-fast-math"],
+                    extra_ldflags=["-fopenmp"], build_directory=build_dir, verbose=False)
         except Exception as exc:  # noqa: BLE001 - any build failure means: use the PyTorch path
             _KERNEL_STATE["error"] = repr(exc)
     return _KERNEL_STATE["mod"]

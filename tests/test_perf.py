@@ -30,6 +30,27 @@ def _inv(rot: int) -> torch.Tensor:
     return 1.0 / (10000.0 ** (torch.arange(0, rot, 2, dtype=torch.float) / rot))
 
 
+
+@needs_kernel
+def test_a_build_killed_half_way_does_not_hang_later_processes():
+    """A killed ``load_inline`` build leaves torch's baton file (``<build dir>/lock``); torch then waits
+    for it forever. The kernel's own flock proves the baton stale and removes it, so a new process loads
+    the kernel instead of sleeping (without the fix this subprocess never returns)."""
+    import os
+    import subprocess
+    import sys
+
+    from posenc.rotary import _BuildLock, _extension_dir
+
+    build_dir = _extension_dir()
+    with _BuildLock(build_dir) as lock:  # no live build can be in progress while we hold it
+        open(lock.baton, "w").close()  # what a build killed half-way leaves behind
+    code = "from posenc.rotary import rope_kernel; assert rope_kernel() is not None"
+    done = subprocess.run([sys.executable, "-c", code], timeout=180, capture_output=True, text=True,
+                          env={**os.environ, "POSENC_NO_EXT": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not os.path.exists(os.path.join(build_dir, "lock"))
+
 # ---------------------------------------------------------------------------------------------- kernel
 @needs_kernel
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
