@@ -26,11 +26,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from posenc.records import REQUIRED_KEYS
+
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
            "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]
 
-REQUIRED_KEYS = ("scheme", "method", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens", "passkey",
-                 "status", "note")
 _NO_METHOD = (None, "", "none", "default")
 
 # thresholds of the expected shapes (issue "The extrapolation lab")
