@@ -13,7 +13,6 @@ segments of ``mem_len``; each layer sees the previous segment's (detached) input
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
@@ -22,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc._util import as_positions, check_finite, check_positive_int
+from posenc.absolute import build_embedding
 from posenc.attention import PositionalAttention
 from posenc.scheme import PositionScheme
 
@@ -103,25 +103,13 @@ class Block(nn.Module):
         return x + self.drop(self.mlp(self.norm2(x)))
 
 
-def build_embedding(scheme: PositionScheme, dim: int, vocab_size: int) -> nn.Module:
-    from posenc.absolute import EMBEDDINGS
-
-    kind = scheme.embedding.kind
-    if kind not in EMBEDDINGS:
-        raise ValueError(f"unknown embedding {kind!r}; known: {sorted(EMBEDDINGS)}")
-    cls = EMBEDDINGS[kind]
-    available = {"dim": dim, "vocab_size": vocab_size, **scheme.embedding.params}
-    sig = inspect.signature(cls)
-    kwargs = {k: v for k, v in available.items() if k in sig.parameters}
-    return cls(**kwargs)
-
-
 class TinyLM(nn.Module):
     def __init__(self, cfg: LMConfig):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.pos = build_embedding(cfg.scheme, cfg.dim, cfg.vocab_size)
+        emb = cfg.scheme.embedding
+        self.pos = build_embedding(emb.kind, dim=cfg.dim, vocab_size=cfg.vocab_size, **emb.params)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim)
         self.drop = nn.Dropout(cfg.dropout)
