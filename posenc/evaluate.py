@@ -1,7 +1,7 @@
 """Train short, test long: perplexity / accuracy / passkey of a trained model at several lengths, under
 its own scheme and under inference-time extension methods.
 
-:func:`method_params` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
+:func:`length_defaults` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
 (the factor of PI / NTK / YaRN, windows of ReRoPE and the masks, SelfExtend's group ...), so that
 ``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
 :func:`evaluate_model` returns one :class:`posenc.records.EvalRecord` row (as its ``to_dict()``) per
@@ -48,7 +48,7 @@ def _selfextend_group(window: int, train_len: int, eval_len: int) -> int:
     return max(1, eval_len)
 
 
-def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
+def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
                   base: float = 10000.0) -> dict:
     """Per-length defaults for an inference-time method (``"a+b"`` merges, the first method's value wins
     on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
@@ -69,7 +69,7 @@ def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int |
     if len(names) > 1:
         out: dict = {}
         for m in names:
-            for k, v in method_params(m, train_len, eval_len, head_dim=head_dim, base=base).items():
+            for k, v in length_defaults(m, train_len, eval_len, head_dim=head_dim, base=base).items():
                 out.setdefault(k, v)
         return out
     fn = LENGTH_DEFAULTS.get(method)
@@ -120,7 +120,7 @@ def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, di
     head_dim = model.cfg.dim // model.cfg.n_heads
     if rope is not None:
         head_dim = int(head_dim * getattr(rope, "partial_rotary_factor", 1.0))
-    params = method_params(method, model.cfg.train_len, eval_len, head_dim=head_dim,
+    params = length_defaults(method, model.cfg.train_len, eval_len, head_dim=head_dim,
                            base=getattr(rope, "base", 10000.0) if rope is not None else 10000.0)
     return model.with_scheme(method, **params), params
 
