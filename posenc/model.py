@@ -28,6 +28,13 @@ from posenc.scheme import PositionScheme
 
 @dataclass(frozen=True)
 class LMConfig:
+    """Shape of a :class:`TinyLM`: ``vocab_size``, width ``dim``, ``n_layers`` blocks of ``n_heads`` heads
+    (``head_dim = dim / n_heads``; ``n_kv_heads`` < ``n_heads`` shares key/value heads as in GQA,
+    Ainslie et al., arXiv 2305.13245), the positional ``scheme``, the training length ``train_len``,
+    the MLP width ``mlp_ratio * dim`` and ``dropout``. Checked on construction (``ValueError``);
+    ``to_dict``/``from_dict`` round-trip it through a run's ``config.json``.
+    """
+
     vocab_size: int
     dim: int
     n_layers: int
@@ -104,6 +111,14 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
+    """A small pre-norm decoder-only LM (nanoGPT-style) with its positions from ``cfg.scheme``.
+
+    ``h_0 = pos(tok(x))`` (the scheme's embedding part, :func:`posenc.absolute.build_embedding`), then per
+    block ``h = h + Attn(RMSNorm(h))``, ``h = h + MLP(RMSNorm(h))`` (GELU, pre-norm as in GPT-2, Radford
+    et al. 2019), and ``logits = RMSNorm(h) E^T`` with the token table ``E`` tied (Press & Wolf, arXiv
+    1608.05859). ``forward``: ids ``[B, N]`` -> logits ``[B, N, vocab_size]``.
+    """
+
     def __init__(self, cfg: LMConfig):
         super().__init__()
         self.cfg = cfg
