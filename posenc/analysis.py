@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from posenc import frequencies
 from posenc._util import check_even_int, check_finite, check_positive_int
 
 __all__ = [
@@ -41,7 +42,7 @@ def default_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """``theta_i = base^(-2i/d)``, i = 0..d/2-1, float64 ``[d/2]`` (RoFormer eq. 15 / HF default)."""
     head_dim = _check_head_dim(head_dim)
     base = check_finite("base", base, minimum=1.0, strict_min=True)
-    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return frequencies.default_inv_freq(head_dim, base)
 
 
 def _distances(max_distance) -> torch.Tensor:
@@ -157,14 +158,7 @@ def yarn_rotations(head_dim: int, base: float = 10000.0, train_len: int = 4096,
     theta = default_inv_freq(head_dim, base)
     rotations = train_len * theta / (2 * math.pi)
     gamma = yarn_ramp(rotations, beta_fast, beta_slow)
-
-    def correction_dim(n_rot: float) -> float:
-        return head_dim * math.log(train_len / (n_rot * 2 * math.pi)) / (2 * math.log(base))
-
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), head_dim - 1)
-    if low == high:
-        high += 0.001  # HF's guard against a zero-width ramp
+    low, high = frequencies.yarn_correction_range(head_dim, base, train_len, beta_fast, beta_slow)
     index = torch.arange(head_dim // 2, dtype=torch.float64)
     gamma_hf = 1.0 - ((index - low) / (high - low)).clamp(0.0, 1.0)
     return YarnRotations(index, theta, rotations, gamma, gamma_hf, float(low), float(high))

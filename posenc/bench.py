@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from posenc._util import check_device, check_positive_int
-from posenc.report import REQUIRED_KEYS, markdown_tables, shape_checks, write_report
+from posenc.records import EvalRecord
+from posenc.report import markdown_tables, shape_checks, write_report
 
 __all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench"]
 
@@ -227,14 +228,17 @@ def _machine(device: str) -> dict:
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
-def _clean(records) -> list[dict]:
-    out = []
-    for r in records:
-        r = dict(r)
-        for k in REQUIRED_KEYS:
-            r.setdefault(k, None)
-        out.append(r)
-    return out
+def _bench_record(rec: EvalRecord, name: str, finetuned: bool, pk: dict) -> EvalRecord:
+    """``rec`` under the bench's model ``name``, with its passkey cells from ``pk`` (or None)."""
+    note = "; ".join(x for x in (rec.note, "fine-tuned from the rope checkpoint") if x) if finetuned else rec.note
+    cells = pk.get((rec.method, rec.eval_len))
+    passkey = {"accuracy": sum(c["accuracy"] for c in cells) / len(cells), "cells": cells} if cells else None
+    return rec.replace(scheme=name, note=note, passkey=passkey)
+
+
+def _clean(records: list[EvalRecord]) -> list[dict]:
+    """The JSON rows, every :data:`posenc.records.REQUIRED_KEYS` present."""
+    return [r.to_dict() for r in records]
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -316,7 +320,7 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         timings[f"finetune/{ft.name}"] = time.perf_counter() - t
         ft_dirs[ft.name] = run_dir
 
-    records: list[dict] = []
+    records: list[EvalRecord] = []
     tokens = data.test
     models = [(scheme, run_dir, ["none"] + list(preset.rope_methods if scheme == "rope" else ())
                + list(preset.learned_methods if scheme == "learned" else ())) for scheme, run_dir in run_dirs.items()]
@@ -330,14 +334,7 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         t = time.perf_counter()
         pk = _passkey(model, preset, methods, data.tokenizer) if preset.passkey_lengths else {}
         timings[f"passkey/{name}"] = time.perf_counter() - t
-        for r in recs:
-            r["scheme"] = name
-            if name in ft_dirs:
-                r["note"] = "; ".join(x for x in (r.get("note"), "fine-tuned from the rope checkpoint") if x)
-            cells = pk.get((r["method"], r["eval_len"]))
-            r["passkey"] = {"accuracy": sum(c["accuracy"] for c in cells) / len(cells), "cells": cells} if cells \
-                else None
-        records += recs
+        records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk) for r in recs]
         log(f"eval {name}: done in {timings[f'eval/{name}']:.1f}s (+ passkey {timings[f'passkey/{name}']:.1f}s)")
 
     timings["total"] = log.elapsed()

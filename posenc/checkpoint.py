@@ -271,6 +271,18 @@ def load_model(run_dir, *, device: str | torch.device = "cpu", scheme=None) -> T
     return model.to(device).eval()
 
 
+def load_run(run_dir, *, device: str | torch.device = "cpu") -> tuple[TinyLM, object]:
+    """``(model, tokenizer)`` of a run: :func:`load_model` and the tokenizer ``config.json`` records
+    (:func:`tokenizer_spec`; a relative ``path`` option is read inside ``run_dir``)."""
+    from posenc.data import make_tokenizer
+
+    model = load_model(run_dir, device=device)
+    name, options = tokenizer_spec(read_config(run_dir))
+    if isinstance(options.get("path"), str) and not Path(options["path"]).is_absolute():
+        options["path"] = str(Path(run_dir) / options["path"])
+    return model, make_tokenizer(name, **options)
+
+
 def load_checkpoint(run_dir, model: TinyLM | None = None, optimizer=None, *, restore_rng: bool = True,
                     device: str | torch.device = "cpu") -> dict:
     """Load a run: returns ``{"model", "config" (LMConfig), "meta" (config.json dict), "train_state"}``.

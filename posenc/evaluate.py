@@ -1,13 +1,11 @@
 """Train short, test long: perplexity / accuracy / passkey of a trained model at several lengths, under
 its own scheme and under inference-time extension methods.
 
-:func:`method_params` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
+:func:`length_defaults` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
 (the factor of PI / NTK / YaRN, windows of ReRoPE and the masks, SelfExtend's group ...), so that
 ``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
-:func:`evaluate_model` returns one record per (eval_len, method)::
-
-    {"scheme", "method", "params", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens",
-     "passkey", "status": "ok" | "not_applicable", "note"}
+:func:`evaluate_model` returns one :class:`posenc.records.EvalRecord` row (as its ``to_dict()``) per
+(eval_len, method), with ``status`` ``"ok"`` or ``"not_applicable"``.
 
 A method that does not apply (ReRoPE on ALiBi, a second frequency schedule on a YaRN model, a learned
 table read beyond its size) gives ``status="not_applicable"`` with the reason in ``note``; nothing is
@@ -25,6 +23,7 @@ import torch
 from posenc._util import check_device, check_positive_int
 from posenc.metrics import evaluate_lm
 from posenc.model import TinyLM
+from posenc.records import EvalRecord
 from posenc.scheme import METHODS
 
 _FACTOR_METHODS = ("pi", "ntk", "ntk_mixed", "yarn", "llama3")
@@ -49,7 +48,7 @@ def _selfextend_group(window: int, train_len: int, eval_len: int) -> int:
     return max(1, eval_len)
 
 
-def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
+def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
                   base: float = 10000.0) -> dict:
     """Per-length defaults for an inference-time method (``"a+b"`` merges, the first method's value wins
     on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
@@ -70,7 +69,7 @@ def method_params(method: str, train_len: int, eval_len: int, *, head_dim: int |
     if len(names) > 1:
         out: dict = {}
         for m in names:
-            for k, v in method_params(m, train_len, eval_len, head_dim=head_dim, base=base).items():
+            for k, v in length_defaults(m, train_len, eval_len, head_dim=head_dim, base=base).items():
                 out.setdefault(k, v)
         return out
     fn = LENGTH_DEFAULTS.get(method)
@@ -121,7 +120,7 @@ def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, di
     head_dim = model.cfg.dim // model.cfg.n_heads
     if rope is not None:
         head_dim = int(head_dim * getattr(rope, "partial_rotary_factor", 1.0))
-    params = method_params(method, model.cfg.train_len, eval_len, head_dim=head_dim,
+    params = length_defaults(method, model.cfg.train_len, eval_len, head_dim=head_dim,
                            base=getattr(rope, "base", 10000.0) if rope is not None else 10000.0)
     return model.with_scheme(method, **params), params
 
@@ -157,6 +156,33 @@ def check_eval_args(lengths: Sequence[int], methods: Sequence[str] = (), mode: s
                              f"{sorted(METHODS)}")
 
 
+def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows, batch_size, tokenizer,
+                  progress, passkey_trials, seed, device) -> EvalRecord:
+    """``rec`` filled in by ``m`` (the model under ``rec.method``) at ``rec.eval_len``; ``ValueError`` when the
+    method does not apply. ``tokenizer`` is None when no passkey is asked for."""
+    eval_len = rec.eval_len
+    limit = m.scheme.max_positions
+    if limit is not None and eval_len > limit:
+        hint = (" (requested as method 'hierarchical')" if "hierarchical" in methods
+                else "; add method 'hierarchical' to read it through Su's decomposition")
+        raise ValueError(f"eval_len {eval_len} is beyond the learned position table of {limit} "
+                         f"positions{hint}")
+    m.eval()
+
+    def logits_fn(x):
+        return m(x, impl="auto")
+
+    with torch.no_grad():
+        r = evaluate_lm(logits_fn, tokens, eval_len, mode, batch_size, max_windows, progress=progress, device=device)
+        rec = rec.replace(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
+        if tokenizer is not None:
+            try:
+                rec = rec.replace(passkey=_passkey_rate(logits_fn, tokenizer, eval_len, passkey_trials, seed))
+            except ValueError as exc:
+                rec = rec.replace(note=f"passkey skipped: {exc}")
+    return rec
+
+
 def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Sequence[str] = (),
                    mode: str = "nonoverlap", max_windows: int | None = None, batch_size: int = 1,
                    passkey: bool = False, tokenizer=None, progress: bool = True, *, passkey_trials: int = 2,
@@ -178,34 +204,16 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
     records = []
     for eval_len in lengths:
         for method in methods:
-            rec = {"scheme": model.scheme.name, "method": method, "params": {}, "train_len": model.cfg.train_len,
-                   "eval_len": int(eval_len), "ppl": None, "loss": None, "accuracy": None, "tokens": 0,
-                   "passkey": None, "status": "ok", "note": ""}
-            records.append(rec)
+            rec = EvalRecord(scheme=model.scheme.name, method=method, params={}, train_len=model.cfg.train_len,
+                             eval_len=int(eval_len))
             try:
-                m, rec["params"] = model_variant(model, method, eval_len)
-                limit = m.scheme.max_positions
-                if limit is not None and eval_len > limit:
-                    hint = (" (requested as method 'hierarchical')" if "hierarchical" in methods
-                            else "; add method 'hierarchical' to read it through Su's decomposition")
-                    raise ValueError(f"eval_len {eval_len} is beyond the learned position table of {limit} "
-                                     f"positions{hint}")
-                m.eval()
-
-                def logits_fn(x, m=m):
-                    return m(x, impl="auto")
-
-                with torch.no_grad():
-                    r = evaluate_lm(logits_fn, tokens, eval_len, mode, batch_size, max_windows,
-                                    progress=progress, device=device)
-                    rec.update(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
-                    if passkey:
-                        try:
-                            rec["passkey"] = _passkey_rate(logits_fn, tokenizer, eval_len, passkey_trials, seed)
-                        except ValueError as exc:
-                            rec["note"] = f"passkey skipped: {exc}"
+                variant, params = model_variant(model, method, eval_len)
+                rec = rec.replace(params=params)
+                rec = _evaluate_one(variant, rec, tokens, methods, mode, max_windows, batch_size,
+                                    tokenizer if passkey else None, progress, passkey_trials, seed, device)
             except ValueError as exc:
-                rec.update(status="not_applicable", note=str(exc))
+                rec = rec.replace(status="not_applicable", note=str(exc))
+            records.append(rec.to_dict())
     model.train(was)
     return records
 

@@ -35,8 +35,8 @@ import torch
 
 from ._util import check_finite, check_positive_int
 
-__all__ = ["ROPE_SCALINGS", "RopeFrequencies", "is_dynamic", "rope_frequencies", "scaling_factor",
-           "validate_rope_scaling"]
+__all__ = ["ROPE_SCALINGS", "RopeFrequencies", "default_inv_freq", "is_dynamic", "rope_frequencies", "scaling_factor",
+           "validate_rope_scaling", "yarn_correction_range"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def _exponents(dim: int, denominator: int | None = None) -> torch.Tensor:
     return torch.arange(0, dim, 2, dtype=torch.float64) / (denominator or dim)
 
 
-def _default_inv_freq(dim: int, base: float) -> torch.Tensor:
+def default_inv_freq(dim: int, base: float) -> torch.Tensor:
     """``base ** (-2i / dim)``, float64 ``[dim // 2]``."""
     return 1.0 / (base ** _exponents(dim))
 
@@ -120,7 +120,7 @@ def _trained_len(params: dict, rope_type: str) -> int:
 
 
 def _plain(dim: int, base: float) -> RopeFrequencies:
-    return RopeFrequencies(_default_inv_freq(dim, base), 1.0)
+    return RopeFrequencies(default_inv_freq(dim, base), 1.0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def _linear(head_dim, dim, base, params, seq_len):
     length into a range *shorter* than the trained one (trained 4k but well covered only to 3k,
     test 8k), pass ``factor = 8k / 3k`` rather than ``8k / 4k``.
     """
-    return RopeFrequencies(_default_inv_freq(dim, base) / _factor(params, "linear"), 1.0)
+    return RopeFrequencies(default_inv_freq(dim, base) / _factor(params, "linear"), 1.0)
 
 
 @_register("ntk", ("factor", "alpha"))
@@ -174,7 +174,7 @@ def _ntk_mixed(head_dim, dim, base, params, seq_len):
     b = params.get("b", 0.75)
     a = math.log(factor) / (dim / 2) ** b
     i1 = torch.arange(1, dim // 2 + 1, dtype=torch.float64)  # i + 1
-    return RopeFrequencies(_default_inv_freq(dim, base) * torch.exp(-a * i1 ** b), 1.0)
+    return RopeFrequencies(default_inv_freq(dim, base) * torch.exp(-a * i1 ** b), 1.0)
 
 
 @_register("dynamic", ("factor",), dynamic=True)
@@ -220,6 +220,25 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def yarn_correction_range(dim: int, base: float, trained: int, beta_fast: float, beta_slow: float,
+                          truncate: bool = True) -> tuple[float, float]:
+    """YaRN's ramp ends ``(low, high)`` as pair indices (HF's ``find_correction_range``):
+    ``d_c(n) = dim * ln(trained / (2 pi n)) / (2 ln base)`` is the pair whose wavelength fits ``n`` times in
+    ``trained``; ``low = d_c(beta_fast)``, ``high = d_c(beta_slow)`` (floor/ceil with ``truncate``), clipped to
+    ``[0, dim - 1]``, ``high + 0.001`` when they meet (no zero-width ramp)."""
+
+    def correction_dim(num_rotations: float) -> float:
+        return dim * math.log(trained / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # HF: prevent a zero-width ramp
+    return low, high
+
+
 def _yarn_core(dim: int, base: float, factor: float, trained: int, params: dict) -> RopeFrequencies:
     """YaRN "NTK-by-parts" frequencies and attention factor, step for step as HF's yarn function."""
     attention = params.get("attention_factor")
@@ -234,17 +253,9 @@ def _yarn_core(dim: int, base: float, factor: float, trained: int, params: dict)
     if beta_fast <= beta_slow:
         raise ValueError(f"scaling['beta_fast'] must be > beta_slow ({beta_slow}), got {beta_fast}")
 
-    def correction_dim(num_rotations: float) -> float:  # pair index whose wavelength fits num_rotations times
-        return dim * math.log(trained / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if params.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # HF: prevent a zero-width ramp
+    low, high = yarn_correction_range(dim, base, trained, beta_fast, beta_slow, params.get("truncate", True))
     ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-    extrapolation = _default_inv_freq(dim, base)  # [dim/2]
+    extrapolation = default_inv_freq(dim, base)  # [dim/2]
     extrapolation_weight = 1 - ramp  # 1 for fast (high-frequency) pairs: left alone
     inv_freq = extrapolation / factor * (1 - extrapolation_weight) + extrapolation * extrapolation_weight
     return RopeFrequencies(inv_freq, float(attention))
@@ -305,7 +316,7 @@ def _llama3(head_dim, dim, base, params, seq_len):
     low, high = params["low_freq_factor"], params["high_freq_factor"]
     if high <= low:
         raise ValueError(f"scaling['high_freq_factor'] must be > low_freq_factor ({low}), got {high}")
-    inv_freq = _default_inv_freq(dim, base)
+    inv_freq = default_inv_freq(dim, base)
     wavelen = 2 * math.pi / inv_freq
     smooth = (L / wavelen - low) / (high - low)  # 0 at wavelen = L/low, 1 at wavelen = L/high
     blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
@@ -343,7 +354,7 @@ def _longrope(head_dim, dim, base, params, seq_len):
                              "original_max_position_embeddings")
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(trained))
     ext = torch.tensor(params[key], dtype=torch.float64)
-    return RopeFrequencies(_default_inv_freq(dim, base) / ext, float(attention))
+    return RopeFrequencies(default_inv_freq(dim, base) / ext, float(attention))
 
 
 @_register("proportional", ("factor",))

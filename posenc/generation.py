@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -245,16 +244,3 @@ def stream_tokens(model, token_iter: Iterable[int], chunk: int = 64, output: str
     if buf:
         yield from flush()
 
-
-# ====================================================================== run folders
-def _load_run(run_dir: str):
-    """(model, tokenizer) of a run directory written by ``posenc train`` (``posenc.checkpoint``)."""
-    from posenc.checkpoint import load_model, read_config, tokenizer_spec
-    from posenc.data import make_tokenizer
-
-    config = read_config(run_dir)
-    model = load_model(run_dir)
-    name, options = tokenizer_spec(config)
-    if isinstance(options.get("path"), str) and not os.path.isabs(options["path"]):
-        options["path"] = str(Path(run_dir) / options["path"])
-    return model.eval(), make_tokenizer(name, **options)

@@ -3,8 +3,8 @@
 ``evaluate_hf(model_dir, tokens, lengths, methods)`` loads the model once per method
 (:func:`posenc.hf.load`, then :func:`posenc.hf.extend`), scores :func:`posenc.metrics.evaluate_lm`
 (non-overlapping windows) and :func:`posenc.tasks.run_passkey` at each length, and returns the lab's
-record dicts. Tokens come from posenc's byte tokenizer (vocab 257) unless given as ids, so the model's
-vocabulary must hold them (real HF checkpoints: pass ``tokens`` from their own tokenizer).
+:class:`posenc.records.EvalRecord` rows. Tokens come from posenc's byte tokenizer (vocab 257) unless given
+as ids, so the model's vocabulary must hold them (real HF checkpoints: pass ``tokens`` from their own tokenizer).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from posenc.records import EvalRecord
 from posenc.scheme import METHODS
 
 
@@ -42,8 +43,8 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 text: str | None = None, params: dict | None = None, max_windows: int | None = 4,
                 batch_size: int = 1, passkey_depths: Sequence[float] = (0.5,), passkey_trials: int = 0,
                 tokenizer=None, device=None, seed: int = 0) -> list[dict]:
-    """One record per (method, length): ``{"scheme": model_type, "method", "train_len", "eval_len",
-    "ppl", "loss", "accuracy", "tokens", "passkey", "status", "note"}``. ``passkey`` is the mean exact
+    """One :class:`posenc.records.EvalRecord` row (``to_dict()``, no ``params``) per (method, length), with
+    ``scheme`` the model_type. ``passkey`` is the mean exact
     accuracy over ``passkey_depths`` x ``passkey_trials`` prompts of that length (None when
     ``passkey_trials`` is 0). ``params`` go to each method that accepts them. A method that cannot
     apply (``ValueError``) gives a record with ``status="error"`` and the message in ``note``."""
@@ -67,10 +68,10 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
         raise ValueError("lengths must be non-empty")
     records = []
     for method in methods:
-        base = {"method": method, "scheme": None, "train_len": None}
+        base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
         try:
             model = load(model_dir)
-            base.update(scheme=model.config.model_type, train_len=train_len_of(model.config))
+            base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config))
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
@@ -81,24 +82,21 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 model.to(device)
             fn = _logits_fn(model)
         except ValueError as exc:
-            for n in lengths:
-                records.append({**base, "eval_len": n, "ppl": None, "loss": None, "accuracy": None, "tokens": 0,
-                                "passkey": None, "status": "error", "note": str(exc)})
+            records += [base.replace(eval_len=n, status="error", note=str(exc)).to_dict() for n in lengths]
             continue
         for n in lengths:
-            rec = {**base, "eval_len": int(n), "ppl": None, "loss": None, "accuracy": None, "tokens": 0,
-                   "passkey": None, "status": "ok", "note": ""}
+            rec = base.replace(eval_len=int(n))
             try:
                 if len(tokens) <= n:
                     raise ValueError(f"text has {len(tokens)} tokens; eval length {n} needs more than {n}")
                 r = evaluate_lm(fn, tokens, int(n), batch_size=batch_size, max_windows=max_windows,
                                 progress=False, device=device)
-                rec.update(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
+                rec = rec.replace(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
                 if passkey_trials:
                     prompts = passkey_grid([int(n)], list(passkey_depths), passkey_trials, tok, seed=seed)
                     cells = run_passkey(fn, prompts, device=device)["cells"]
-                    rec["passkey"] = float(np.mean([c["accuracy"] for c in cells]))
+                    rec = rec.replace(passkey=float(np.mean([c["accuracy"] for c in cells])))
             except ValueError as exc:
-                rec.update(status="error", note=str(exc))
-            records.append(rec)
+                rec = rec.replace(status="error", note=str(exc))
+            records.append(rec.to_dict())
     return records

@@ -22,6 +22,15 @@ from posenc._util import check_positive_int
 
 
 class InfiniMemory(nn.Module):
+    """Infini-attention's compressive memory, Munkhdalai et al. 2024 (arXiv 2404.07143, sec. 2.1).
+
+    Per segment ``s`` of ``segment_len`` tokens: ``A_mem = sigma(Q) M_{s-1} / (sigma(Q) z_{s-1})`` with
+    ``sigma = ELU + 1``, then ``M_s = M_{s-1} + sigma(K)^T V`` and ``z_s = z_{s-1} + sum_t sigma(K_t)``
+    (``delta_rule``: ``M_s = M_{s-1} + sigma(K)^T (V - A_mem(K))``, the paper's "linear + delta").
+    Output ``sigmoid(beta) A_mem + (1 - sigmoid(beta)) A_dot`` with a learned gate ``beta [H]``;
+    ``A_mem = 0`` on the first segment. ``forward``: q, k, v ``[B,H,N,D]`` -> ``[B,H,N,Dv]``.
+    """
+
     def __init__(self, n_heads: int, head_dim: int, segment_len: int = 128, delta_rule: bool = False):
         super().__init__()
         self.segment_len = check_positive_int("infini.segment_len", segment_len)

@@ -13,7 +13,6 @@ segments of ``mem_len``; each layer sees the previous segment's (detached) input
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
@@ -22,12 +21,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc._util import as_positions, check_finite, check_positive_int
+from posenc.absolute import build_embedding
 from posenc.attention import PositionalAttention
 from posenc.scheme import PositionScheme
 
 
 @dataclass(frozen=True)
 class LMConfig:
+    """Shape of a :class:`TinyLM`: ``vocab_size``, width ``dim``, ``n_layers`` blocks of ``n_heads`` heads
+    (``head_dim = dim / n_heads``; ``n_kv_heads`` < ``n_heads`` shares key/value heads as in GQA,
+    Ainslie et al., arXiv 2305.13245), the positional ``scheme``, the training length ``train_len``,
+    the MLP width ``mlp_ratio * dim`` and ``dropout``. Checked on construction (``ValueError``);
+    ``to_dict``/``from_dict`` round-trip it through a run's ``config.json``.
+    """
+
     vocab_size: int
     dim: int
     n_layers: int
@@ -103,25 +110,21 @@ class Block(nn.Module):
         return x + self.drop(self.mlp(self.norm2(x)))
 
 
-def build_embedding(scheme: PositionScheme, dim: int, vocab_size: int) -> nn.Module:
-    from posenc.absolute import EMBEDDINGS
-
-    kind = scheme.embedding.kind
-    if kind not in EMBEDDINGS:
-        raise ValueError(f"unknown embedding {kind!r}; known: {sorted(EMBEDDINGS)}")
-    cls = EMBEDDINGS[kind]
-    available = {"dim": dim, "vocab_size": vocab_size, **scheme.embedding.params}
-    sig = inspect.signature(cls)
-    kwargs = {k: v for k, v in available.items() if k in sig.parameters}
-    return cls(**kwargs)
-
-
 class TinyLM(nn.Module):
+    """A small pre-norm decoder-only LM (nanoGPT-style) with its positions from ``cfg.scheme``.
+
+    ``h_0 = pos(tok(x))`` (the scheme's embedding part, :func:`posenc.absolute.build_embedding`), then per
+    block ``h = h + Attn(RMSNorm(h))``, ``h = h + MLP(RMSNorm(h))`` (GELU, pre-norm as in GPT-2, Radford
+    et al. 2019), and ``logits = RMSNorm(h) E^T`` with the token table ``E`` tied (Press & Wolf, arXiv
+    1608.05859). ``forward``: ids ``[B, N]`` -> logits ``[B, N, vocab_size]``.
+    """
+
     def __init__(self, cfg: LMConfig):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.pos = build_embedding(cfg.scheme, cfg.dim, cfg.vocab_size)
+        emb = cfg.scheme.embedding
+        self.pos = build_embedding(emb.kind, dim=cfg.dim, vocab_size=cfg.vocab_size, **emb.params)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim)
         self.drop = nn.Dropout(cfg.dropout)

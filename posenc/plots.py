@@ -16,17 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from posenc import analysis
+from posenc._figures import new_figure, save_png
 from posenc._util import check_finite
 
 __all__ = ["PLOTS", "plot_decay", "plot_frequencies", "plot_rotations"]
 
 
 def _figure(ncols: int = 1, width: float = 6.4):
-    from matplotlib.figure import Figure  # Agg canvas, no global pyplot state
-
-    fig = Figure(figsize=(width * ncols, 4.4), layout="constrained")
-    axes = fig.subplots(1, ncols)
-    return fig, (list(axes) if ncols > 1 else [axes])
+    return new_figure(width * ncols, 4.4, 1, ncols)
 
 
 def _save(fig, path) -> Path:
@@ -35,8 +32,7 @@ def _save(fig, path) -> Path:
         raise ValueError(f"out must be a .png file, got {str(path)!r}")
     if not path.parent.is_dir():  # never create folders (a typo would make them from the root)
         raise ValueError(f"out folder {str(path.parent)!r} does not exist; create it first")
-    fig.savefig(path, dpi=110)
-    return path
+    return save_png(fig, path, dpi=110)
 
 
 def plot_decay(path, head_dim: int = 128, base: float = 10000.0, max_distance: int = 1024) -> Path:

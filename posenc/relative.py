@@ -48,6 +48,14 @@ class RelativePart(nn.Module):
 
 
 class ShawRelative(RelativePart):
+    """Shaw et al. 2018 (arXiv 1803.02155): clipped relative key and value embeddings.
+
+    ``e_ij = q_i . (k_j + a^K_{clip(r, -K, K)})`` and ``z_i = sum_j alpha_ij (v_j + a^V_{clip(r, -K, K)})``
+    with ``r = kp - qp`` and ``K = max_distance``. Tables ``key_table``/``value_table [2K+1, D]`` are
+    shared across heads as in the paper; ``a^V`` starts at zero. ``scores`` -> ``[B,H,Nq,Nk]``,
+    ``values`` -> ``[B,H,Nq,D]``.
+    """
+
     def __init__(self, n_heads: int, head_dim: int, max_distance: int = 16):
         super().__init__()
         self.max_distance = check_positive_int("shaw.max_distance", max_distance)
@@ -71,6 +79,14 @@ class ShawRelative(RelativePart):
 
 
 class TransformerXLRelative(RelativePart):
+    """Transformer-XL relative attention, Dai et al. 2019 (arXiv 1901.02860, sec. 3.3).
+
+    ``A_ij = q_i . k_j + q_i . W_R R_{i-j} + u . k_j + v . W_R R_{i-j}`` (terms a-d); this part returns
+    (b) + (c) + (d), the engine adds (a). ``R_d`` is the sinusoidal encoding of the distance
+    ``d = max(qp - kp, 0)`` (sin | cos halves, not learned); ``W_R [H, D, D]``, ``u``, ``v [H, D]`` are learned
+    per head. ``scores`` -> ``[B,H,Nq,Nk]``; no value term.
+    """
+
     def __init__(self, n_heads: int, head_dim: int, base: float = 10000.0):
         super().__init__()
         self.n_heads, self.head_dim, self.base = n_heads, head_dim, base
@@ -97,6 +113,14 @@ class TransformerXLRelative(RelativePart):
 
 
 class DebertaRelative(RelativePart):
+    """DeBERTa's disentangled attention, He et al. 2021 (arXiv 2006.03654, sec. 3.1).
+
+    ``A_ij = Q^c_i . K^c_j + Q^c_i . K^r_{delta(i,j)} + K^c_j . Q^r_{delta(j,i)}``, scaled by
+    ``1/sqrt(3 D)`` (``score_scale``), with ``delta(i,j) = clip(i - j, -k, k - 1) + k`` (``k = max_distance``,
+    2k buckets). This part returns the content-to-position and position-to-content terms; per-head tables
+    ``k_rel``/``q_rel [H, 2k, D]`` stand in for ``P W_{k,r}``/``P W_{q,r}``. ``scores`` -> ``[B,H,Nq,Nk]``.
+    """
+
     score_scale = 1.0 / math.sqrt(3.0)
 
     def __init__(self, n_heads: int, head_dim: int, max_distance: int = 64):

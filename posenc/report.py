@@ -26,11 +26,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from posenc._figures import new_figure, save_png
+from posenc.records import REQUIRED_KEYS
+
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
            "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]
 
-REQUIRED_KEYS = ("scheme", "method", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens", "passkey",
-                 "status", "note")
 _NO_METHOD = (None, "", "none", "default")
 
 # thresholds of the expected shapes (issue "The extrapolation lab")
@@ -215,21 +216,6 @@ def shape_checks(records: Sequence[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ plots
-def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
-    from matplotlib.figure import Figure  # Agg canvas, no global pyplot state
-
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
-    axes = fig.subplots(1, ncols)
-    return fig, axes
-
-
-def _save(fig, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
-
-
 def _style(i: int, trained: bool) -> dict:
     from matplotlib import colormaps
 
@@ -239,7 +225,7 @@ def _style(i: int, trained: bool) -> dict:
 
 
 def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bool) -> Path:
-    fig, ax = _figure(width=9.0, height=5.5)
+    fig, (ax,) = new_figure(9.0, 5.5)
     table = rows(records)
     n_tr = n_m = 0
     Ls = set()
@@ -272,7 +258,7 @@ def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bo
     if n_tr + n_m:
         ax.legend(fontsize=7, ncol=2 if n_tr + n_m > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(f"{ylabel} vs length (solid: trained schemes; dashed: methods on a trained model)", fontsize=9)
-    return _save(fig, path)
+    return save_png(fig, path, dpi=100, make_dirs=True)
 
 
 def plot_ppl(records: Sequence[dict], path) -> Path:
@@ -297,10 +283,7 @@ def plot_passkey(records: Sequence[dict], path) -> Path | None:
         return None
     ncols = min(4, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(3.2 * ncols, 2.6 * nrows + 0.4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    fig, axes = new_figure(3.2 * ncols, 2.6 * nrows + 0.4, nrows, ncols)
     im = None
     for ax, (name, cells) in zip(axes, panels):
         lengths = sorted({c["length"] for c in cells if c.get("length") is not None})
@@ -330,7 +313,7 @@ def plot_passkey(records: Sequence[dict], path) -> Path | None:
         ax.set_axis_off()
     if im is not None:
         fig.colorbar(im, ax=list(axes[:len(panels)]), shrink=0.8, label="passkey exact-match accuracy")
-    return _save(fig, path)
+    return save_png(fig, path, dpi=100, make_dirs=True)
 
 
 # ------------------------------------------------------------------------------------------ documents

@@ -11,7 +11,7 @@ import torch
 
 from posenc.cli import main as cli_main
 from posenc.data import ByteTokenizer
-from posenc.evaluate import evaluate_checkpoint, evaluate_model, method_params
+from posenc.evaluate import evaluate_checkpoint, evaluate_model, length_defaults
 from posenc.model import LMConfig, TinyLM
 from posenc.scheme import PositionScheme
 from posenc.train import TrainConfig, train
@@ -37,26 +37,26 @@ TOKENS = np.random.default_rng(0).integers(0, 256, size=600).astype(np.uint8)
 
 
 @pytest.mark.parametrize("train_len,eval_len", [(32, 32), (32, 64), (128, 1000), (128, 4096)])
-def test_method_params_keep_positions_in_range(train_len, eval_len):
+def test_length_defaults_keep_positions_in_range(train_len, eval_len):
     ratio = max(1.0, eval_len / train_len)
     for m in ("pi", "ntk", "ntk_mixed", "yarn", "llama3"):
-        assert method_params(m, train_len, eval_len) == {"factor": ratio}
-    assert method_params("rerope", train_len, eval_len) == {"window": train_len // 2}
-    lk = method_params("leaky_rerope", train_len, eval_len)
+        assert length_defaults(m, train_len, eval_len) == {"factor": ratio}
+    assert length_defaults("rerope", train_len, eval_len) == {"window": train_len // 2}
+    lk = length_defaults("leaky_rerope", train_len, eval_len)
     w, k = lk["window"], lk["factor"]
     assert w == train_len // 4 and k >= 1 and float(w * (k - 1)).is_integer()
     assert w + (eval_len - 1 - w) / k <= train_len - 1
     assert k == 1 or w + (eval_len - 1 - w) / (k - 1 / w) > train_len - 1  # smallest such factor
-    se = method_params("selfextend", train_len, eval_len)
+    se = length_defaults("selfextend", train_len, eval_len)
     g, w = se["group"], se["window"]
     assert (eval_len - 1) // g + w - w // g <= train_len - 1
-    base = method_params("rope_base", train_len, eval_len, head_dim=16)["base"]
+    base = length_defaults("rope_base", train_len, eval_len, head_dim=16)["base"]
     assert base == pytest.approx(10000 * ratio ** (16 / 14))
-    assert method_params("bca", train_len, eval_len) == {"block": train_len // 2}
-    assert method_params("streaming_llm", train_len, eval_len)["window"] + 4 == train_len
-    merged = method_params("yarn+selfextend", train_len, eval_len)
+    assert length_defaults("bca", train_len, eval_len) == {"block": train_len // 2}
+    assert length_defaults("streaming_llm", train_len, eval_len)["window"] + 4 == train_len
+    merged = length_defaults("yarn+selfextend", train_len, eval_len)
     assert merged == {"factor": ratio, **se}
-    assert method_params("dynamic_ntk", train_len, eval_len) == {}
+    assert length_defaults("dynamic_ntk", train_len, eval_len) == {}
 
 
 def test_rope_model_records_and_methods():

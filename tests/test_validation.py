@@ -481,12 +481,10 @@ def test_tokenizer_spec_refuses_malformed_entries(config, match):
 
 
 def test_generate_cli_loader_accepts_a_plain_tokenizer_name(run_dir):
-    from posenc.generation import _load_run
-
     cfg = json.loads((run_dir / ckpt.CONFIG_FILE).read_text())
     cfg["extra"]["tokenizer"] = "byte"
     (run_dir / ckpt.CONFIG_FILE).write_text(json.dumps(cfg))
-    model, tok = _load_run(str(run_dir))
+    model, tok = ckpt.load_run(str(run_dir))
     assert tok.vocab_size == 257 and model.cfg.vocab_size == 32
 
 

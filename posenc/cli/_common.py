@@ -13,7 +13,7 @@ def add_param(p: argparse.ArgumentParser, help: str = "method parameter, repeata
 
 def add_factor_window(p: argparse.ArgumentParser) -> None:
     """``--factor`` / ``--window``: shorthands for ``--param factor=F`` / ``--param window=W``
-    (read all three with :func:`method_params`)."""
+    (read all three with :func:`params_from_args`)."""
     p.add_argument("--factor", type=float, default=None, help="shorthand for --param factor=F")
     p.add_argument("--window", type=int, default=None, help="shorthand for --param window=W")
 
@@ -45,7 +45,7 @@ def parse_params(items) -> dict:
     return out
 
 
-def method_params(args: argparse.Namespace) -> dict:
+def params_from_args(args: argparse.Namespace) -> dict:
     """The method parameters of ``--param`` plus the ``--factor`` / ``--window`` shorthands (which win)."""
     params = parse_params(getattr(args, "param", None) or [])
     for k in ("factor", "window"):

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from posenc.cli._common import add_device, add_factor_window, add_param, add_quiet, floats, method_params
+from posenc.cli._common import add_device, add_factor_window, add_param, add_quiet, floats, params_from_args
 
 
 def add_parser(sub) -> None:
@@ -58,7 +58,7 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
     else:
         raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
     return evaluate_hf(args.hf_model, tokens, args.lengths or [256], args.methods or ["none"],
-                       params=method_params(args), max_windows=args.max_windows or 4,
+                       params=params_from_args(args), max_windows=args.max_windows or 4,
                        passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
 
 

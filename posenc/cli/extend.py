@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from posenc.cli._common import add_factor_window, add_param, method_params
+from posenc.cli._common import add_factor_window, add_param, params_from_args
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     native = {"auto": None, "yes": True, "no": False}[args.native]
     model = load(args.model)
-    extend(model, args.method, native=native, **method_params(args))
+    extend(model, args.method, native=native, **params_from_args(args))
     out = save(model, args.save)
     for f in _TOKENIZER_FILES:
         src = Path(args.model) / f

@@ -31,12 +31,12 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posenc._util import check_positive_int
-    from posenc.generation import _load_run
+    from posenc.checkpoint import load_run
 
     check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded
     check_positive_int("--chunk", args.chunk)
     params = parse_params(args.param)
-    model, tokenizer = _load_run(args.ckpt)
+    model, tokenizer = load_run(args.ckpt)
     if args.stream:
         return _stream(args, model.with_scheme(args.method or "streaming_llm", **params), tokenizer)
     if args.method:

@@ -1,0 +1,69 @@
+"""The evaluation record: one row of ``posenc eval`` / ``posenc bench`` results, one (model, method, length).
+
+:class:`EvalRecord` is the only place the row's schema is written out. It is built by
+:func:`posenc.evaluate.evaluate_model`, :func:`posenc.hf_eval.evaluate_hf` and :func:`posenc.bench.run_bench`,
+and read back from ``results.json`` by :mod:`posenc.report`. :meth:`EvalRecord.to_dict` gives the JSON keys::
+
+    {"scheme", "method", ["params",] "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens",
+     "passkey", "status", "note", [extra keys such as "run_dir", "corpus", "split"]}
+
+and :meth:`EvalRecord.from_dict` reads them back (``from_dict(d).to_dict() == d`` for any such dict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EvalRecord", "REQUIRED_KEYS"]
+
+# every record carries these keys (a missing one reads back as None)
+REQUIRED_KEYS = ("scheme", "method", "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens", "passkey",
+                 "status", "note")
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One evaluation result of a model under an inference-time method at one length.
+
+    ``method`` is ``"none"`` for the model as trained. ``passkey`` is a mean exact-match rate, a dict
+    ``{"accuracy", "cells"}`` (bench) or None. ``status`` is ``"ok"``, ``"not_applicable"`` or ``"error"``
+    with the reason in ``note``. ``params`` (the method's parameters) is None where the producer does not
+    record them (Hugging Face evaluation), and is then left out of :meth:`to_dict`. ``extra`` holds further
+    keys (``run_dir``, ``corpus``, ``split`` ...) written after the schema's own.
+    """
+
+    scheme: str | None
+    method: str | None
+    train_len: int | None
+    eval_len: int | None
+    ppl: float | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    tokens: int | None = 0
+    passkey: Any = None
+    status: str | None = "ok"
+    note: str | None = ""
+    params: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def replace(self, **changes) -> EvalRecord:
+        """A copy with ``changes`` (the record is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """The JSON row: :data:`REQUIRED_KEYS` (``params`` after ``method`` when set), then ``extra``."""
+        out: dict = {"scheme": self.scheme, "method": self.method}
+        if self.params is not None:
+            out["params"] = dict(self.params)
+        out.update({k: getattr(self, k) for k in REQUIRED_KEYS[2:]})
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, row: dict) -> EvalRecord:
+        """Read a JSON row back; a missing required key is None, unknown keys go to ``extra``."""
+        known = {*REQUIRED_KEYS, "params"}
+        return cls(**{k: row.get(k) for k in REQUIRED_KEYS}, params=row.get("params"),
+                   extra={k: v for k, v in row.items() if k not in known})
