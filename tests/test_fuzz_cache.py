@@ -19,11 +19,10 @@ import torch
 from fuzz_support import FUZZ, examples, schemes
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
+from test_cache import full_and_decoded
 
 import posenc
 from posenc._util import relative_error
-from posenc.cache import KVCache
-from posenc.generation import left_padded_positions
 
 TOL = 1e-5
 MAX_LEN = 160 if FUZZ else 64
@@ -54,18 +53,8 @@ def _model(scheme, n_heads, n_kv, head_dim, seed):
 
 
 def _full_and_decoded(model, ids, mask, prefill, chunk):
-    pos = left_padded_positions(mask)
-    with torch.no_grad():
-        full = model(ids, positions=pos, attention_mask=mask)
-        cache = KVCache.for_model(model, ids.shape[0])
-        outs = []
-        step = chunk or prefill
-        for s in range(0, prefill, step):
-            e = min(prefill, s + step)
-            outs.append(model(ids[:, s:e], positions=pos[:, s:e], cache=cache, attention_mask=mask[:, s:e]))
-        for t in range(prefill, ids.shape[1]):
-            outs.append(model(ids[:, t:t + 1], cache=cache))  # positions continue from the cache
-    return full, torch.cat(outs, dim=1)
+    full, decoded, _ = full_and_decoded(model, ids, mask, prefill=prefill, chunk=chunk)
+    return full, decoded
 
 
 @settings(max_examples=examples(ci=15, fuzz=1500))
