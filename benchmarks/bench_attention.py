@@ -2,7 +2,7 @@
 
 Peers in one run: bias-free ``F.scaled_dot_product_attention(is_causal=True)`` (the speed limit); posenc's
 default (``impl="auto"``) path for ALiBi and Sandwich (distance-only biases: the Toeplitz path,
-``posenc/toeplitz.py``) and the compiled FlexAttention path for RoPE and ALiBi; SDPA with a materialised
+``posenc/engine/toeplitz.py``) and the compiled FlexAttention path for RoPE and ALiBi; SDPA with a materialised
 ALiBi bias (what users do today); ReRoPE through posenc (LSE band merge, and the blockwise branch merge)
 vs the bojone-style two-materialised-score-matrices implementation; a sliding window (w=1024) through
 posenc's default path and through compiled flex vs full causal attention, and StreamingLLM (4 sinks + 1020
@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import cli, measure_peak, peak_memory_subprocess, time_peers
-from posenc.attention import attention
-from posenc.biases import alibi_slopes
-from posenc.frequencies import rope_frequencies
-from posenc.rotary import apply_rope
-from posenc.scheme import PositionScheme
+from posenc.engine.attention import attention
+from posenc.parts.biases import alibi_slopes
+from posenc.parts.frequencies import rope_frequencies
+from posenc.parts.rotary import apply_rope
+from posenc.scheme.core import PositionScheme
 
 H, D = 4, 64
 RERROPE_WINDOW, RERROPE_TRAIN = 512, 2048
@@ -107,9 +107,9 @@ def very_long(N: int) -> dict:
 
 
 def chunk_sweep(lengths, chunks=(128, 256, 512, 1024, 2048)) -> dict:
-    """Toeplitz-path ALiBi time per query chunk (``posenc.toeplitz.default_chunk`` is set from this)."""
-    from posenc.biases import ALiBiBias
-    from posenc.toeplitz import toeplitz_attention
+    """Toeplitz-path ALiBi time per query chunk (``posenc.engine.toeplitz.default_chunk`` is set from this)."""
+    from posenc.engine.toeplitz import toeplitz_attention
+    from posenc.parts.biases import ALiBiBias
 
     out = {}
     for N in lengths:

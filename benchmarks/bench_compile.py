@@ -18,8 +18,8 @@ from benchmarks.common import cli, peak_memory_subprocess
 
 
 def _sequence(lengths: list) -> dict:
-    from posenc.attention import attention
-    from posenc.scheme import PositionScheme
+    from posenc.engine.attention import attention
+    from posenc.scheme.core import PositionScheme
 
     sc = PositionScheme.preset("alibi")
     out = []

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc.cache import KVCache
-from posenc.generation import StreamingSession, resident_memory_bytes
+from posenc.models.cache import KVCache
+from posenc.models.generation import StreamingSession, resident_memory_bytes
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from benchmarks.common import cli, time_peers
-from posenc.frequencies import rope_frequencies
-from posenc.rotary import _cached_cos_sin, _rotate_torch, apply_rope, apply_rope_, rope_kernel
+from posenc.parts.frequencies import rope_frequencies
+from posenc.parts.rotary import _cached_cos_sin, _rotate_torch, apply_rope, apply_rope_, rope_kernel
 
 
 def run(quick: bool = False, n: int | None = None) -> dict:

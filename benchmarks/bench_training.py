@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from benchmarks.common import cli, summarize
-from posenc.model import LMConfig, TinyLM
-from posenc.scheme import PositionScheme
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.scheme.core import PositionScheme
 
 SCHEMES = ("rope", "alibi", "sinusoidal", "t5")
 

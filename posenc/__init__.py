@@ -5,16 +5,15 @@ attention engine that executes any scheme (reference / blockwise / FlexAttention
 cache that is right under every method, and a lab (``posenc bench``) that measures them.
 """
 
-from posenc.absolute import sinusoidal_table
-from posenc.attention import PositionalAttention, attention
-from posenc.biases import alibi_slopes, t5_relative_bucket
-from posenc.frequencies import RopeFrequencies, rope_frequencies
-from posenc.masks import MaskSpec
-from posenc.model import LMConfig, TinyLM
-from posenc.rotary import apply_rope, xpos_scale
-from posenc.scheme import Part, PositionScheme, RopeSpec
-
-__version__ = "0.1.0"
+from posenc._version import __version__ as __version__
+from posenc.engine.attention import PositionalAttention, attention
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.parts.absolute import sinusoidal_table
+from posenc.parts.biases import alibi_slopes, t5_relative_bucket
+from posenc.parts.frequencies import RopeFrequencies, rope_frequencies
+from posenc.parts.masks import MaskSpec
+from posenc.parts.rotary import apply_rope, xpos_scale
+from posenc.scheme.core import Part, PositionScheme, RopeSpec
 
 __all__ = [
     "LMConfig",
@@ -38,7 +37,7 @@ __all__ = [
 
 def __getattr__(name):  # lazy: generation pulls in the cache machinery
     if name == "generate":
-        from posenc.generation import generate
+        from posenc.models.generation import generate
 
         return generate
     raise AttributeError(f"module 'posenc' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The matplotlib setup shared by :mod:`posenc.plots` and :mod:`posenc.report`: figures on the Agg canvas
+"""The matplotlib setup shared by :mod:`posenc.analysis.plots` and :mod:`posenc.lab.report`: figures on the Agg canvas
 (``matplotlib.figure.Figure``, no global pyplot state) and PNG saving."""
 
 from __future__ import annotations

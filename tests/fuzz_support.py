@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from posenc import PositionScheme
-from posenc.scheme import METHODS
+from posenc.scheme.core import METHODS
 
 PROFILE = os.environ.get("POSENC_HYPOTHESIS_PROFILE", "ci")
 _COMMON = dict(deadline=None, print_blob=True,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posenc._util import assert_close
-from posenc.absolute import (
+from posenc.parts.absolute import (
     EMBEDDINGS,
     ComplexOrderEmbedding,
     FloaterEmbedding,

@@ -9,9 +9,9 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from posenc import analysis
 from posenc._util import assert_close
-from posenc.plots import plot_decay, plot_frequencies, plot_rotations
+from posenc.analysis import rope as analysis
+from posenc.analysis.plots import plot_decay, plot_frequencies, plot_rotations
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from posenc import PositionalAttention, PositionScheme, attention
 from posenc._util import assert_close, relative_error
-from posenc.frequencies import rope_frequencies
-from posenc.masks import MaskSpec, materialize
-from posenc.remap import ParallelContextWindows
+from posenc.parts.frequencies import rope_frequencies
+from posenc.parts.masks import MaskSpec, materialize
+from posenc.parts.remap import ParallelContextWindows
 
 torch.manual_seed(0)
 
@@ -235,7 +235,7 @@ def test_pcw_mask_and_positions_hand_written():
 
 def test_streaming_relative_positions_match_cache_slots():
     """A sink seen from query m sits at distance (slot of query) - sink = min(m, s+w-1) - kp."""
-    from posenc.remap import StreamingReindex
+    from posenc.parts.remap import StreamingReindex
 
     r = StreamingReindex(n_sinks=2, window=3)
     qp = torch.tensor([10])
@@ -296,7 +296,7 @@ _INFERENCE_PARAMS = {
 
 
 def _preset(name):
-    from posenc.scheme import METHODS, TRAINED
+    from posenc.scheme.core import METHODS, TRAINED
 
     if name in METHODS and name not in TRAINED:
         return PositionScheme.preset(name, train_len=64, **_INFERENCE_PARAMS[name])
@@ -340,7 +340,7 @@ def test_flex_equals_reference(name):
 
 
 def test_flex_falls_back_for_multi_branch_and_grad():
-    from posenc.attention import flex_applicable
+    from posenc.engine.attention import flex_applicable
 
     assert not flex_applicable(PositionalAttention(32, 4, _preset("rerope")).parts, needs_grad=False)
     assert not flex_applicable(PositionalAttention(32, 4, _preset("rope")).parts, needs_grad=True)
@@ -351,7 +351,7 @@ def test_flex_falls_back_for_multi_branch_and_grad():
                                   MaskSpec(window=64)])
 @pytest.mark.parametrize("use_intervals", [False, True])
 def test_block_mask_matches_dense(mask, use_intervals):
-    from posenc.attention import build_block_mask
+    from posenc.engine.attention import build_block_mask
 
     p = torch.arange(300)[None]
     bm = build_block_mask(mask.allowed, p, p, block=64, key_intervals=mask.key_intervals if use_intervals else None)
@@ -465,7 +465,7 @@ def test_band_merge_equals_reference(method, params, N):
     """The LSE merge of the near piece (window) and the far piece (minimum distance), each on the fused
     CPU flash kernel through the Toeplitz view, equals the materialised reference: a full forward, a run
     of queries continuing a cache, and a sequence shorter than the window (no far piece)."""
-    from posenc.attention import _band_merge, _parts_for, _query_scale, band_merge_applicable
+    from posenc.engine.attention import _band_merge, _parts_for, _query_scale, band_merge_applicable
 
     s = PositionScheme.preset(method, train_len=64, **params)
     q, k, v = _qkv(N=N)
@@ -487,7 +487,7 @@ def test_flex_compile_says_so_once_per_shape(caplog, monkeypatch):
     import importlib
     import logging
 
-    engine = importlib.import_module("posenc.attention")  # the module (posenc.attention is the function)
+    engine = importlib.import_module("posenc.engine.attention")  # the module (posenc.engine.attention is the function)
     monkeypatch.setattr(engine, "_FLEX_SEEN", set())  # as in a fresh process
 
     q, k, v = _qkv(B=1, N=200)

@@ -1,4 +1,4 @@
-"""posenc.bench: one tiny end-to-end round trip (train -> eval -> results.json -> report), then reuse."""
+"""posenc.lab.bench: one tiny end-to-end round trip (train -> eval -> results.json -> report), then reuse."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import posenc.train
-from posenc import bench
-from posenc.report import REQUIRED_KEYS
+import posenc.lab.train
+from posenc.lab import bench
+from posenc.lab.report import REQUIRED_KEYS
 
 TEXT = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate. "
         "Rough winds do shake the darling buds of May, and summer's lease hath all too short a date.\n")
@@ -27,13 +27,13 @@ def tiny(tmp_path, monkeypatch):
                                learned_methods=(), passkey_factors=(), max_windows=2, eval_batch_size=2)
     monkeypatch.setitem(bench.PRESETS, "tiny", preset)
     calls = []
-    real = posenc.train.train
+    real = posenc.lab.train.train
 
     def counting(cfg, progress=True, **kw):
         calls.append(cfg)
         return real(cfg, progress=False, **kw)
 
-    monkeypatch.setattr(posenc.train, "train", counting)
+    monkeypatch.setattr(posenc.lab.train, "train", counting)
     return tmp_path, calls
 
 

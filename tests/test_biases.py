@@ -12,7 +12,7 @@ from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from posenc._util import assert_close
-from posenc.biases import (
+from posenc.parts.biases import (
     BIASES,
     ALiBiBias,
     KerpleLogBias,

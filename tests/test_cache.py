@@ -10,8 +10,8 @@ import torch
 
 import posenc
 from posenc._util import relative_error
-from posenc.cache import KVCache
-from posenc.generation import StreamingSession, left_padded_positions
+from posenc.models.cache import KVCache
+from posenc.models.generation import StreamingSession, left_padded_positions
 
 TRAINED = ["rope", "xpos", "alibi", "t5", "kerple_power", "kerple_log", "sandwich"]
 METHODS = {

@@ -1,5 +1,5 @@
 """Every ``posenc`` subcommand answers a bad value with ONE line ``posenc: error: <message>`` on stderr and
-exit status 2, no traceback (issue 16). Most cases call ``posenc.cli.main`` in-process (fast); a few run
+exit status 2, no traceback. Most cases call ``posenc.cli.main`` in-process (fast); a few run
 the real command in a subprocess to prove there is no traceback and that ``POSENC_DEBUG=1`` gives one.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc import checkpoint as ckpt
 from posenc import cli
-from posenc.model import LMConfig, TinyLM
-from posenc.scheme import PositionScheme
+from posenc.lab import checkpoint as ckpt
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.scheme.core import PositionScheme
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Tests for posenc.data: corpora, split, tokenizers, cache, batches, evaluation windows."""
+"""Tests for posenc.lab.data: corpora, split, tokenizers, cache, batches, evaluation windows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc import data as D
+from posenc.lab import data as D
 
 # ------------------------------------------------------------------------------------------- corpora
 

@@ -1,4 +1,4 @@
-"""Tests for posenc.evaluate: per-length method defaults, records, not_applicable cases, CLI."""
+"""Tests for posenc.lab.evaluate: per-length method defaults, records, not_applicable cases, CLI."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from posenc.cli import main as cli_main
-from posenc.data import ByteTokenizer
-from posenc.evaluate import evaluate_checkpoint, evaluate_model, length_defaults
-from posenc.model import LMConfig, TinyLM
-from posenc.scheme import PositionScheme
-from posenc.train import TrainConfig, train
+from posenc.lab.data import ByteTokenizer
+from posenc.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults
+from posenc.lab.train import TrainConfig, train
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.scheme.core import PositionScheme
 
 
 def write_corpus(path):

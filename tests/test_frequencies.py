@@ -1,4 +1,4 @@
-"""Tests for posenc.frequencies: equality with Hugging Face's ROPE_INIT_FUNCTIONS (whole tensors), properties
+"""Tests for posenc.parts.frequencies: equality with Hugging Face's ROPE_INIT_FUNCTIONS (whole tensors), properties
 between schedules, hand-computed cases (plain ``math``, independent of the implementation), validation."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from posenc._util import assert_close
-from posenc.frequencies import ROPE_SCALINGS, RopeFrequencies, is_dynamic, rope_frequencies, scaling_factor
+from posenc.parts.frequencies import ROPE_SCALINGS, RopeFrequencies, is_dynamic, rope_frequencies, scaling_factor
 
 transformers = pytest.importorskip("transformers")
 from transformers import GPTNeoXConfig, LlamaConfig  # noqa: E402

@@ -1,5 +1,5 @@
 """Differential fuzzing of cached decoding: a prefill plus token-by-token decoding through
-:class:`posenc.cache.KVCache` gives the logits of one full forward over the same tokens, on random
+:class:`posenc.models.cache.KVCache` gives the logits of one full forward over the same tokens, on random
 schemes (every trained preset that can hold a KV cache, inference-time methods and ``+`` compositions
 with parameters anywhere in their valid ranges, soft-caps), random prompt lengths and prefill splits
 (sometimes chunked), GQA, and a batch of 2 ragged rows (the second left padded, sometimes down to a

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.generation import StreamingSession, generate, left_padded_positions, sample_next, stream_tokens
+from posenc.models.generation import StreamingSession, generate, left_padded_positions, sample_next, stream_tokens
 
 
 def make_model(name="rope", **params):
@@ -115,8 +115,8 @@ def test_stream_tokens_losses_equal_full_forward():
 
 
 def test_cli_generate_and_stream(tmp_path, capsys):
-    from posenc.checkpoint import save_checkpoint
     from posenc.cli import main
+    from posenc.lab.checkpoint import save_checkpoint
 
     scheme = posenc.PositionScheme.preset("rope", train_len=16)
     cfg = posenc.LMConfig(vocab_size=257, dim=16, n_layers=1, n_heads=2, scheme=scheme, train_len=16)

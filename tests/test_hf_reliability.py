@@ -1,4 +1,4 @@
-"""posenc.hf on bad input and on sliding-window models (issue 16 items 4, 5, 8): tiny random models only."""
+"""posenc.hf on bad input and on sliding-window models (a MoE, shared configs): tiny random models only."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from posenc import hf  # noqa: E402
+from posenc.hf import patch as hf  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              head_dim=16, vocab_size=128, max_position_embeddings=64, pad_token_id=0)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from posenc._util import assert_close
-from posenc.memory import InfiniMemory
+from posenc.parts.memory import InfiniMemory
 
 B, H, D = 2, 2, 3
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from posenc.rotary import (
+from posenc.parts.rotary import (
     _KERNEL_MIN_NUMEL,
     _cached_cos_sin,
     _rotate_kernel,
@@ -40,12 +40,12 @@ def test_a_build_killed_half_way_does_not_hang_later_processes():
     import subprocess
     import sys
 
-    from posenc.rotary import _BuildLock, _extension_dir
+    from posenc.parts.rotary import _BuildLock, _extension_dir
 
     build_dir = _extension_dir()
     with _BuildLock(build_dir) as lock:  # no live build can be in progress while we hold it
         open(lock.baton, "w").close()  # what a build killed half-way leaves behind
-    code = "from posenc.rotary import rope_kernel; assert rope_kernel() is not None"
+    code = "from posenc.parts.rotary import rope_kernel; assert rope_kernel() is not None"
     done = subprocess.run([sys.executable, "-c", code], timeout=180, capture_output=True, text=True,
                           env={**os.environ, "POSENC_NO_EXT": ""})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""posenc.records.EvalRecord: the one evaluation-row schema reads back every committed results file."""
+"""posenc.lab.records.EvalRecord: the one evaluation-row schema reads back every committed results file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc.records import REQUIRED_KEYS, EvalRecord
+from posenc.lab.records import REQUIRED_KEYS, EvalRecord
 
 RESULTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("*/results.json"))
 

@@ -1,5 +1,5 @@
 """Shaw, Transformer-XL and DeBERTa against a naive loop over every (query, key) pair, written from the
-papers' formulas (not from posenc.relative): one logit at a time, then a softmax over the visible keys.
+papers' formulas (not from posenc.parts.relative): one logit at a time, then a softmax over the visible keys.
 
 - Shaw et al. 2018 (arXiv 1803.02155), eqs. 3-5: e_ij = q_i.(k_j + a^K_ij) / sqrt(d),
   z_i = sum_j alpha_ij (v_j + a^V_ij), a_ij = w_clip(j - i, k).
@@ -21,7 +21,7 @@ import torch
 
 from posenc import PositionScheme
 from posenc._util import assert_close
-from posenc.attention import AttentionParts, run_attention
+from posenc.engine.attention import AttentionParts, run_attention
 
 H, D = 2, 4
 
@@ -36,7 +36,7 @@ def _parts(kind, **params):
 
 
 def _part(kind, params):
-    from posenc.scheme import Part
+    from posenc.scheme.core import Part
 
     return Part(kind, params)
 

@@ -1,4 +1,4 @@
-"""posenc.report: tables, shape checks and plots from hand-made records (no training)."""
+"""posenc.lab.report: tables, shape checks and plots from hand-made records (no training)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from posenc import report as R
+from posenc.lab import report as R
 
 L = 16
 

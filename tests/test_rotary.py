@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posenc._util import assert_close
-from posenc.rotary import (
+from posenc.parts.rotary import (
     RopeAngleCache,
     apply_rope,
     apply_rope_cos_sin,

@@ -7,7 +7,7 @@ import torch
 
 from posenc import LMConfig, PositionScheme, TinyLM
 from posenc._util import assert_close
-from posenc.scheme import METHODS, TRAINED
+from posenc.scheme.core import METHODS, TRAINED
 
 REQUIRED = {
     "nope", "sinusoidal", "learned", "hierarchical", "floater", "complex_order", "shaw", "transformer_xl", "t5",

@@ -1,12 +1,12 @@
-"""Tests for posenc.tasks: passkey prompts (exact length, depth, answer) and scoring."""
+"""Tests for posenc.lab.tasks: passkey prompts (exact length, depth, answer) and scoring."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc import tasks as T
-from posenc.data import BPETokenizer, ByteTokenizer
+from posenc.lab import tasks as T
+from posenc.lab.data import BPETokenizer, ByteTokenizer
 
 TOK = ByteTokenizer()
 

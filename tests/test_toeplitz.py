@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-import posenc.toeplitz as toeplitz_mod
+import posenc.engine.toeplitz as toeplitz_mod
 from posenc import PositionalAttention, PositionScheme, attention
 from posenc._util import relative_error
-from posenc.biases import BIASES
-from posenc.cache import KVCache
-from posenc.model import LMConfig, TinyLM
-from posenc.toeplitz import toeplitz_attention
+from posenc.engine.toeplitz import toeplitz_attention
+from posenc.models.cache import KVCache
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.parts.biases import BIASES
 
 
 def _dense(q, k, v, profile, q_start, window, min_distance=0, key_start=0):

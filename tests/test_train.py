@@ -1,4 +1,4 @@
-"""Tests for posenc.train and posenc.checkpoint: tiny runs on a tiny user corpus."""
+"""Tests for posenc.lab.train and posenc.lab.checkpoint: tiny runs on a tiny user corpus."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc import checkpoint as C
-from posenc.train import TrainConfig, lr_at, param_groups, train
+from posenc.lab import checkpoint as C
+from posenc.lab.train import TrainConfig, lr_at, param_groups, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,8 +49,8 @@ def test_lr_schedule_and_param_groups():
     assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
     assert lr_at(10, cfg) == pytest.approx(1e-3) and lr_at(100, cfg) == pytest.approx(1e-4)
     assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))  # cosine decays monotonically
-    from posenc.model import LMConfig, TinyLM
-    from posenc.scheme import PositionScheme
+    from posenc.models.tinylm import LMConfig, TinyLM
+    from posenc.scheme.core import PositionScheme
 
     model = TinyLM(LMConfig(257, 16, 1, 2, PositionScheme.preset("learned", train_len=16), 16))
     decay, no_decay = param_groups(model, 0.1)
@@ -190,7 +190,7 @@ def test_two_process_data_parallel_matches_one_process(corpus, tmp_path):
 def test_constrained_parameters_are_projected_after_each_step(corpus, tmp_path):
     """KERPLE's r1 > 0 and 0 < r2 <= 2 (the paper's in-place clamp): after training with a learning rate
     large enough to push them out, every raw parameter is back inside its range."""
-    from posenc.biases import KerplePowerBias
+    from posenc.parts.biases import KerplePowerBias
 
     summary = train(tiny(corpus, tmp_path / "k", scheme="kerple_power", lr=5.0, min_lr=5.0, warmup=1,
                          grad_clip=0.0, steps=3, save_every=0), progress=False)

@@ -1,4 +1,4 @@
-"""``posenc bench``: train short, test long (:func:`posenc.bench.run_bench`)."""
+"""``posenc bench``: train short, test long (:func:`posenc.lab.bench.run_bench`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from posenc.cli._common import add_device, add_quiet
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from posenc.bench import PRESETS
+    from posenc.lab.bench import PRESETS
 
     p = sub.add_parser("bench", help="train short, test long: every scheme and method under one protocol")
     p.add_argument("--preset", default="quick", choices=sorted(PRESETS))
@@ -23,7 +23,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.bench import run_bench
+    from posenc.lab.bench import run_bench
 
     run_bench(args.preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
               runs_dir=args.runs_dir, threads=args.threads)

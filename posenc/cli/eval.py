@@ -1,5 +1,5 @@
-"""``posenc eval``: a posenc checkpoint (:func:`posenc.evaluate.evaluate_checkpoint`) or, with ``--hf-model``,
-a Hugging Face model (:func:`posenc.hf_eval.evaluate_hf`) at several lengths under inference-time methods."""
+"""``posenc eval``: a posenc checkpoint (:func:`posenc.lab.evaluate.evaluate_checkpoint`) or, with ``--hf-model``,
+a Hugging Face model (:func:`posenc.hf.evaluate.evaluate_hf`) at several lengths under inference-time methods."""
 
 from __future__ import annotations
 
@@ -44,15 +44,15 @@ def _add_hf_args(p: argparse.ArgumentParser) -> None:
 
 def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
     """``posenc eval --hf-model DIR --text FILE|--corpus NAME``: a Hugging Face model under each
-    method (see :mod:`posenc.hf_eval`), reported like a posenc checkpoint."""
-    from posenc.hf_eval import evaluate_hf
+    method (see :mod:`posenc.hf.evaluate`), reported like a posenc checkpoint."""
+    from posenc.hf.evaluate import evaluate_hf
 
     if args.text:
-        from posenc.data import make_tokenizer
+        from posenc.lab.data import make_tokenizer
 
         tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
     elif args.corpus:
-        from posenc.data import prepare
+        from posenc.lab.data import prepare
 
         tokens = prepare(args.corpus, "byte").split(args.split)
     else:
@@ -63,7 +63,7 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.evaluate import check_eval_args, evaluate_checkpoint, format_table
+    from posenc.lab.evaluate import check_eval_args, evaluate_checkpoint, format_table
 
     check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
     if args.hf_model:
@@ -79,14 +79,14 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args, records)
     if args.json:
-        from posenc.data import _atomic_write_bytes
+        from posenc.lab.data import _atomic_write_bytes
 
         _atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
     return 0
 
 
 def _write_report(args: argparse.Namespace, records: list[dict]) -> None:
-    from posenc.report import write_report
+    from posenc.lab.report import write_report
 
     results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
                         "lengths": args.lengths, "methods": args.methods}, "records": records}

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.hf import extend, load, save
+    from posenc.hf.patch import extend, load, save
 
     native = {"auto": None, "yes": True, "no": False}[args.native]
     model = load(args.model)

@@ -1,5 +1,5 @@
-"""``posenc generate``: decode from a checkpoint with the KV cache (:func:`posenc.generation.generate`),
-or stream a long input through StreamingLLM (:func:`posenc.generation.stream_tokens`)."""
+"""``posenc generate``: decode from a checkpoint with the KV cache (:func:`posenc.models.generation.generate`),
+or stream a long input through StreamingLLM (:func:`posenc.models.generation.stream_tokens`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posenc._util import check_positive_int
-    from posenc.checkpoint import load_run
+    from posenc.lab.checkpoint import load_run
 
     check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded
     check_positive_int("--chunk", args.chunk)
@@ -57,7 +57,7 @@ def _stream(args: argparse.Namespace, model, tokenizer) -> int:
     """The prompt repeated to ``--stream-tokens`` tokens, fed ``--chunk`` at a time; prints tokens/s,
     the mean loss and the resident memory."""
     from posenc._util import check_positive_int
-    from posenc.generation import resident_memory_bytes, stream_tokens
+    from posenc.models.generation import resident_memory_bytes, stream_tokens
 
     ids = _prompt_ids(args, tokenizer)
     n = check_positive_int("--stream-tokens", args.stream_tokens)
@@ -76,7 +76,7 @@ def _generate(args: argparse.Namespace, model, tokenizer) -> int:
     """Print the prompt, then each new token's text as soon as it decodes."""
     import torch
 
-    from posenc.generation import generate
+    from posenc.models.generation import generate
 
     ids = _prompt_ids(args, tokenizer)
     new: list[int] = []

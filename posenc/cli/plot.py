@@ -1,4 +1,4 @@
-"""``posenc plot``: draw one analysis picture (:data:`posenc.plots.PLOTS`)."""
+"""``posenc plot``: draw one analysis picture (:data:`posenc.analysis.plots.PLOTS`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from posenc.cli._common import add_train_len
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from posenc import plots
-
+    from posenc.analysis import plots
     p = sub.add_parser("plot", help="draw an analysis picture (decay, frequencies, rotations)",
                        description=plots.__doc__.splitlines()[0])
     p.add_argument("kind", choices=sorted(plots.PLOTS))
@@ -24,7 +23,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from posenc._util import check_finite, check_positive_int
-    from posenc.plots import PLOTS, plot_decay
+    from posenc.analysis.plots import PLOTS, plot_decay
 
     head_dim = check_positive_int("head-dim", args.head_dim, minimum=2)
     base = check_finite("base", args.base, minimum=1.0, strict_min=True)

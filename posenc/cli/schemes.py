@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.scheme import METHODS, PositionScheme
+    from posenc.scheme.core import METHODS, PositionScheme
 
     if args.name is None:
         for name, desc in PositionScheme.presets().items():

@@ -1,4 +1,4 @@
-"""``posenc train``: one flag per :class:`posenc.train.TrainConfig` field (:func:`posenc.train.train`)."""
+"""``posenc train``: one flag per :class:`posenc.lab.train.TrainConfig` field (:func:`posenc.lab.train.train`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _OWN_FLAGS = {"out_dir", "scheme", "scheme_params", "init", "compile"}
 
 
 def add_parser(sub) -> None:
-    from posenc.train import TrainConfig
+    from posenc.lab.train import TrainConfig
 
     p = sub.add_parser("train", help="train a TinyLM under a position scheme (resumable; torchrun for DDP)")
     p.add_argument("--out-dir", "--out", dest="out_dir", required=True, help="run folder (checkpoint)")
@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.train import TrainConfig, _dist_env, train
+    from posenc.lab.train import TrainConfig, _dist_env, train
 
     scheme: str | dict = args.scheme
     if scheme.endswith(".json") and Path(scheme).is_file():

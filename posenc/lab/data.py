@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._util import check_positive_int
+from posenc._util import check_positive_int
 
 DATA_VERSION = 1
 """Bumped whenever cleaning, splitting or array layout changes; part of every cache key."""

@@ -1,6 +1,6 @@
 """Generation with the posenc KV cache: batched ragged prompts, sampling, and streaming.
 
-:func:`generate` decodes from a :class:`posenc.TinyLM` with a :class:`posenc.cache.KVCache` of
+:func:`generate` decodes from a :class:`posenc.TinyLM` with a :class:`posenc.models.cache.KVCache` of
 un-rotated keys and original positions, so every scheme (dynamic NTK / YaRN, ReRoPE, SelfExtend,
 ALiBi, T5, windows, StreamingLLM sinks) decodes exactly as a full forward over the same tokens
 would score them (the tests check this to 1e-5 relative error).
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc._util import check_finite, check_positive_int
-from posenc.cache import KVCache
+from posenc.models.cache import KVCache
 
 
 # ====================================================================== helpers

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._util import check_finite, check_positive_int
+from posenc._util import check_finite, check_positive_int
 
 PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 PASSKEY_INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. "
@@ -117,7 +117,7 @@ def make_passkey_prompt(length_tokens: int, depth: float, passkey, tokenizer, fi
     ``depth`` in [0, 1] places the key line at that fraction of the filler (0: right after the
     instruction, 1: right before the question). ``seed`` rotates the filler's sentences. With ``bos``
     the prompt starts with ``tokenizer.bos_id`` when the tokenizer has one (as every training document
-    does in :func:`posenc.data.encode_documents`). Format and deviations: see the module docstring.
+    does in :func:`posenc.lab.data.encode_documents`). Format and deviations: see the module docstring.
     """
     p = _build_passkey(length_tokens, depth, passkey, tokenizer, filler, seed, instruction, bos)
     return p.prompt, p.answer

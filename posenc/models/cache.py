@@ -24,10 +24,10 @@ keys no future query can see (``MaskSpec.never_visible_again``: sliding window, 
 Lambda mask, StreamingLLM's sinks + window, BCA) and compacts the survivors to the front, so a
 bounded scheme's cache never holds more than ``mask.bounded_size()`` keys between calls (plus the
 tokens of the chunk being processed during a call). Because StreamingLLM's re-indexing is written on
-original positions (:class:`posenc.remap.StreamingReindex`), nothing has to be re-rotated on
+original positions (:class:`posenc.parts.remap.StreamingReindex`), nothing has to be re-rotated on
 eviction.
 
-Protocol used by :meth:`posenc.model.TinyLM.forward`::
+Protocol used by :meth:`posenc.models.tinylm.TinyLM.forward`::
 
     cache.check_model(model, B)         # refuse another model / batch size
     cache.next_positions()              # [B] next position per row, None while empty

@@ -1,8 +1,9 @@
 """The evaluation record: one row of ``posenc eval`` / ``posenc bench`` results, one (model, method, length).
 
 :class:`EvalRecord` is the only place the row's schema is written out. It is built by
-:func:`posenc.evaluate.evaluate_model`, :func:`posenc.hf_eval.evaluate_hf` and :func:`posenc.bench.run_bench`,
-and read back from ``results.json`` by :mod:`posenc.report`. :meth:`EvalRecord.to_dict` gives the JSON keys::
+:func:`posenc.lab.evaluate.evaluate_model`, :func:`posenc.hf.evaluate.evaluate_hf` and
+:func:`posenc.lab.bench.run_bench`,
+and read back from ``results.json`` by :mod:`posenc.lab.report`. :meth:`EvalRecord.to_dict` gives the JSON keys::
 
     {"scheme", "method", ["params",] "train_len", "eval_len", "ppl", "loss", "accuracy", "tokens",
      "passkey", "status", "note", [extra keys such as "run_dir", "corpus", "split"]}

@@ -140,7 +140,7 @@ class ScoreBias(nn.Module):
 
     num_heads: int
     #: True when ``score`` depends on ``qp - kp`` only (a Toeplitz bias); the engine then runs it on the
-    #: fused CPU flash kernel through :func:`posenc.toeplitz.toeplitz_attention` in O(N) memory.
+    #: fused CPU flash kernel through :func:`posenc.engine.toeplitz.toeplitz_attention` in O(N) memory.
     translation_invariant: bool = False
 
     def __init__(self, num_heads: int):

@@ -6,15 +6,15 @@ else in the code branches on method names. Parts and where they act:
 ==============  =====================================  =========================================
 part            field                                  built by
 ==============  =====================================  =========================================
-embedding       ``embedding: Part``                    ``posenc.absolute.EMBEDDINGS``
-frequencies     ``rope.base``, ``rope.scaling``        ``posenc.frequencies.rope_frequencies``
-q/k transform   ``rope`` (layout, partial, xpos)       ``posenc.rotary``
-score bias      ``bias: Part``                         ``posenc.biases.BIASES``
-content-rel.    ``relative: Part``                     ``posenc.relative.RELATIVE``
-mask            ``mask: MaskSpec``                     ``posenc.masks``
-position remap  ``remap: Part``                        ``posenc.remap.REMAPS``
-logit scale     ``logn`` (+ YaRN factor), ``softcap``  ``posenc.remap.logn_scale``
-memory          ``memory: Part``                       ``posenc.memory.MEMORIES``
+embedding       ``embedding: Part``                    ``posenc.parts.absolute.EMBEDDINGS``
+frequencies     ``rope.base``, ``rope.scaling``        ``posenc.parts.frequencies.rope_frequencies``
+q/k transform   ``rope`` (layout, partial, xpos)       ``posenc.parts.rotary``
+score bias      ``bias: Part``                         ``posenc.parts.biases.BIASES``
+content-rel.    ``relative: Part``                     ``posenc.parts.relative.RELATIVE``
+mask            ``mask: MaskSpec``                     ``posenc.parts.masks``
+position remap  ``remap: Part``                        ``posenc.parts.remap.REMAPS``
+logit scale     ``logn`` (+ YaRN factor), ``softcap``  ``posenc.parts.remap.logn_scale``
+memory          ``memory: Part``                       ``posenc.parts.memory.MEMORIES``
 ==============  =====================================  =========================================
 
 Two kinds of presets:
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from posenc._util import check_finite, check_positive_int
-from posenc.masks import MaskSpec
+from posenc.parts.masks import MaskSpec
 
 
 def _check_params(where: str, params: dict) -> dict:
@@ -75,10 +75,10 @@ def _from_mapping(cls, where: str, d):
 
 # scheme field -> (module, registry name, arguments the model supplies when it builds the part)
 _PART_REGISTRIES = {
-    "embedding": ("posenc.absolute", "EMBEDDINGS", ("dim", "vocab_size")),
-    "bias": ("posenc.biases", "BIASES", ("num_heads",)),
-    "relative": ("posenc.relative", "RELATIVE", ("n_heads", "head_dim")),
-    "memory": ("posenc.memory", "MEMORIES", ("n_heads", "head_dim")),
+    "embedding": ("posenc.parts.absolute", "EMBEDDINGS", ("dim", "vocab_size")),
+    "bias": ("posenc.parts.biases", "BIASES", ("num_heads",)),
+    "relative": ("posenc.parts.relative", "RELATIVE", ("n_heads", "head_dim")),
+    "memory": ("posenc.parts.memory", "MEMORIES", ("n_heads", "head_dim")),
 }
 _XL_MEMORY_PARAMS = ("mem_len",)  # memory 'xl_recurrence' lives in TinyLM, not in a registry class
 
@@ -171,7 +171,7 @@ class RopeSpec:
             if not isinstance(self.scaling, dict):
                 raise ValueError(f"rope.scaling must be a dict or None, got {type(self.scaling).__name__}")
             _check_params("rope.scaling", self.scaling)
-            from posenc.frequencies import validate_rope_scaling
+            from posenc.parts.frequencies import validate_rope_scaling
 
             validate_rope_scaling(self.scaling, base=self.base)  # the whole dict, now, not at the first forward
 
@@ -222,7 +222,7 @@ class PositionScheme:
 
     # ---------------------------------------------------------------- parts
     def build_remap(self):
-        from posenc.remap import build_remap
+        from posenc.parts.remap import build_remap
 
         return build_remap(self.remap.kind if self.remap else None,
                            **(dict(self.remap.params) if self.remap else {}))
@@ -233,7 +233,7 @@ class PositionScheme:
 
     @property
     def is_dynamic(self) -> bool:
-        from posenc.frequencies import is_dynamic
+        from posenc.parts.frequencies import is_dynamic
 
         return self.rope is not None and self.rope.scaling is not None and is_dynamic(self.rope.scaling)
 

@@ -22,7 +22,7 @@ keys). Measured here (``benchmarks/bench_attention.py``): ALiBi 1.2-1.4x bias-fr
 
 With ``min_distance`` and ``return_lse`` one call computes a *piece* of the keys (``d >= min_distance``)
 and its rows' log-sum-exp, so pieces with different rotations merge exactly: ReRoPE's near branch is a
-windowed call, its far branch a ``min_distance = w`` call (``posenc.attention._band_merge``).
+windowed call, its far branch a ``min_distance = w`` call (``posenc.engine.attention._band_merge``).
 The flash kernel's backward makes the path differentiable in ``q, k, v`` (not in the profile).
 """
 
@@ -52,10 +52,10 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``); ``profile [H, P]``
     with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``, ``P >= min(window, q_start + Nq)``
     (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window`` and
-    positions ``>= key_start`` (attention sinks below it are another piece, see ``posenc.attention``).
+    positions ``>= key_start`` (attention sinks below it are another piece, see ``posenc.engine.attention``).
     Returns ``[B,H,Nq,D]``, and with ``return_lse`` also the log-sum-exp of each row's scores
     ``[B,H,Nq]`` (float32; ``-inf`` and a zero output for a row that sees no key), so pieces computed
-    separately merge exactly (the ReRoPE family's near and far branches, see ``posenc.attention``).
+    separately merge exactly (the ReRoPE family's near and far branches, see ``posenc.engine.attention``).
     ``reversed_keys``: ``k`` and ``v`` are given already reversed along the sequence (index ``Nk-1-n``
     holds key ``n``), so pieces that share them flip them once.
     Memory beyond the inputs: the reversed keys/values and ``H x (P + chunk)`` bias entries.

@@ -33,7 +33,7 @@ from numbers import Real
 
 import torch
 
-from ._util import check_finite, check_positive_int
+from posenc._util import check_finite, check_positive_int
 
 __all__ = ["ROPE_SCALINGS", "RopeFrequencies", "default_inv_freq", "is_dynamic", "rope_frequencies", "scaling_factor",
            "validate_rope_scaling", "yarn_correction_range"]

@@ -7,8 +7,8 @@ fine-tune rows (PI / RoPE-base change continued from the RoPE checkpoint at ``2L
 
 :func:`run_bench` trains each scheme into ``runs_dir/<scheme>`` (a finished checkpoint is reused, so a
 second run only evaluates), evaluates every model at every length on the test split
-(:func:`posenc.evaluate.evaluate_model`), writes ``results.json`` = ``{"meta": {...}, "records": [...]}``
-and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.report`), and prints the Markdown
+(:func:`posenc.lab.evaluate.evaluate_model`), writes ``results.json`` = ``{"meta": {...}, "records": [...]}``
+and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.lab.report`), and prints the Markdown
 table. The protocol is the one of ALiBi (arXiv:2108.12409, Table 2: non-overlapping windows, every
 position counts) with Su's next-token accuracy next to perplexity (ReRoPE post, kexue.fm/archives/9708).
 
@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from posenc._util import check_device, check_positive_int
-from posenc.records import EvalRecord
-from posenc.report import markdown_tables, shape_checks, write_report
+from posenc.lab.records import EvalRecord
+from posenc.lab.report import markdown_tables, shape_checks, write_report
 
 __all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench"]
 
@@ -143,9 +142,9 @@ class _Log:
 
 def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, *, steps=None, train_len=None,
                   init=None, scheme_params=None):
-    """The ``posenc.train.TrainConfig`` of one model (``scheme`` a preset name; with ``init`` a method name
+    """The ``posenc.lab.train.TrainConfig`` of one model (``scheme`` a preset name; with ``init`` a method name
     applied to that checkpoint's scheme)."""
-    from posenc.train import TrainConfig
+    from posenc.lab.train import TrainConfig
 
     steps = steps or preset.steps
     return TrainConfig(out_dir=str(run_dir), corpus=str(preset.corpus), tokenizer=preset.tokenizer, scheme=scheme,
@@ -157,7 +156,7 @@ def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, 
 
 
 def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> dict:
-    from posenc.train import train
+    from posenc.lab.train import train
 
     summary = train(_train_config(preset, scheme, run_dir, device, **kw), progress=progress)
     return dict(summary or {})
@@ -165,7 +164,7 @@ def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> 
 
 def _finished(run_dir: Path) -> bool:
     """A committed checkpoint whose train_state says finished."""
-    from posenc.checkpoint import STATE_JSON, has_checkpoint
+    from posenc.lab.checkpoint import STATE_JSON, has_checkpoint
 
     if not has_checkpoint(run_dir):
         return False
@@ -178,7 +177,7 @@ def _finished(run_dir: Path) -> bool:
 
 def _evaluate(model, tokens, preset: BenchPreset, methods, log) -> list[dict]:
     """``evaluate_model`` one length at a time (one progress line each; no record is computed twice)."""
-    from posenc.evaluate import evaluate_model
+    from posenc.lab.evaluate import evaluate_model
 
     records = []
     for n in preset.eval_lengths:
@@ -193,10 +192,10 @@ def _evaluate(model, tokens, preset: BenchPreset, methods, log) -> list[dict]:
 def _passkey(model, preset: BenchPreset, methods, tokenizer) -> dict[tuple[str, int], list[dict]]:
     """Passkey grid (``passkey_lengths`` x ``passkey_depths`` x ``passkey_trials``) of every method on
     ``model``: ``{(method, length): [cells]}``. Prompts without the instruction sentence
-    (``posenc.tasks.passkey_grid(instruction=None)``) so that they fit a few ``L``; the last answer digit
+    (``posenc.lab.tasks.passkey_grid(instruction=None)``) so that they fit a few ``L``; the last answer digit
     is never an input, so the model sees ``length + digits - 1`` tokens, and the prompt is cut by that."""
-    from posenc.evaluate import model_variant
-    from posenc.tasks import passkey_grid, run_passkey
+    from posenc.lab.evaluate import model_variant
+    from posenc.lab.tasks import passkey_grid, run_passkey
 
     digits = 5
     out: dict[tuple[str, int], list[dict]] = {}
@@ -237,7 +236,7 @@ def _bench_record(rec: EvalRecord, name: str, finetuned: bool, pk: dict) -> Eval
 
 
 def _clean(records: list[EvalRecord]) -> list[dict]:
-    """The JSON rows, every :data:`posenc.records.REQUIRED_KEYS` present."""
+    """The JSON rows, every :data:`posenc.lab.records.REQUIRED_KEYS` present."""
     return [r.to_dict() for r in records]
 
 
@@ -249,7 +248,7 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
     Checkpoints go to ``runs_dir`` (default ``out_dir/runs``) as ``<scheme>/`` folders; a finished one is
     reused. ``threads`` (default: the preset's) sets ``torch.set_num_threads`` for the run and is restored
     after. Returns the results dict (also in ``out_dir/results.json``) with ``meta`` (preset, corpus,
-    machine, timings in seconds, config) and ``records`` (see :mod:`posenc.report`)."""
+    machine, timings in seconds, config) and ``records`` (see :mod:`posenc.lab.report`)."""
     import torch
 
     if isinstance(preset, str):
@@ -272,8 +271,8 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
 
 
 def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir) -> dict:
-    from posenc.checkpoint import load_model
-    from posenc.data import prepare
+    from posenc.lab.checkpoint import load_model
+    from posenc.lab.data import prepare
 
     runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -354,8 +353,3 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         print("\n".join(shape_checks(results["records"])))
     return results
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from posenc.cli import main
-
-    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from posenc import frequencies
 from posenc._util import check_even_int, check_finite, check_positive_int
+from posenc.parts import frequencies
 
 __all__ = [
     "DecayCurve",

@@ -3,7 +3,7 @@
 - :func:`plot_decay`: RoPE long-range decay (RoFormer bound + all-ones inner product) and the
   sinusoidal ``p_0 . p_r``.
 - :func:`plot_frequencies`: ``inv_freq`` per dimension for default / linear (PI) / NTK / YaRN schedules
-  (from ``posenc.frequencies.rope_frequencies``) and their ratio to the default.
+  (from ``posenc.parts.frequencies.rope_frequencies``) and their ratio to the default.
 - :func:`plot_rotations`: YaRN rotations ``r_i`` with the ``beta_fast``/``beta_slow`` thresholds, the
   ramp, and the critical dimension of arXiv 2310.05209.
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posenc import analysis
 from posenc._figures import new_figure, save_png
 from posenc._util import check_finite
+from posenc.analysis import rope as analysis
 
 __all__ = ["PLOTS", "plot_decay", "plot_frequencies", "plot_rotations"]
 
@@ -60,7 +60,7 @@ def plot_decay(path, head_dim: int = 128, base: float = 10000.0, max_distance: i
 
 def _schedules(head_dim: int, base: float, train_len: int, factor: float):
     """(label, RopeFrequencies) for default, linear/PI, NTK-aware and YaRN at ``L_test = factor * L``."""
-    from posenc.frequencies import ROPE_SCALINGS, rope_frequencies  # lazy: owned by another module
+    from posenc.parts.frequencies import ROPE_SCALINGS, rope_frequencies  # lazy: owned by another module
 
     test_len = int(round(factor * train_len))
     out = [("default", rope_frequencies(head_dim, base))]

@@ -8,7 +8,7 @@
   mixed by a learned per-head gate: A = sigmoid(beta) A_mem + (1 - sigmoid(beta)) A_dot.
   With an empty memory (M_0 = 0, z_0 = 0) A_mem is defined as 0, so on a single segment the
   output is (1 - sigmoid(beta)) A_dot.
-- Transformer-XL's segment recurrence (Dai et al. 2019) lives in :mod:`posenc.model`: the previous
+- Transformer-XL's segment recurrence (Dai et al. 2019) lives in :mod:`posenc.models.tinylm`: the previous
   segment's hidden states become extra, gradient-stopped keys (``PositionalAttention(context=)``).
 """
 

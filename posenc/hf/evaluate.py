@@ -1,9 +1,9 @@
 """Perplexity vs length and passkey accuracy of a Hugging Face model under posenc methods.
 
 ``evaluate_hf(model_dir, tokens, lengths, methods)`` loads the model once per method
-(:func:`posenc.hf.load`, then :func:`posenc.hf.extend`), scores :func:`posenc.metrics.evaluate_lm`
-(non-overlapping windows) and :func:`posenc.tasks.run_passkey` at each length, and returns the lab's
-:class:`posenc.records.EvalRecord` rows. Tokens come from posenc's byte tokenizer (vocab 257) unless given
+(:func:`posenc.hf.load`, then :func:`posenc.hf.extend`), scores :func:`posenc.lab.metrics.evaluate_lm`
+(non-overlapping windows) and :func:`posenc.lab.tasks.run_passkey` at each length, and returns the lab's
+:class:`posenc.lab.records.EvalRecord` rows. Tokens come from posenc's byte tokenizer (vocab 257) unless given
 as ids, so the model's vocabulary must hold them (real HF checkpoints: pass ``tokens`` from their own tokenizer).
 """
 
@@ -14,13 +14,13 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from posenc.records import EvalRecord
-from posenc.scheme import METHODS
+from posenc.lab.records import EvalRecord
+from posenc.scheme.core import METHODS
 
 
 def _params_for(method: str, params: dict) -> dict:
     """The subset of ``params`` the parts of ``method`` accept (HF-native names take all)."""
-    from posenc.hf import HF_NATIVE
+    from posenc.hf.patch import HF_NATIVE
 
     names = [m.strip() for m in method.split("+") if m.strip()]
     if names in (["none"], ["default"]):
@@ -43,17 +43,17 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 text: str | None = None, params: dict | None = None, max_windows: int | None = 4,
                 batch_size: int = 1, passkey_depths: Sequence[float] = (0.5,), passkey_trials: int = 0,
                 tokenizer=None, device=None, seed: int = 0) -> list[dict]:
-    """One :class:`posenc.records.EvalRecord` row (``to_dict()``, no ``params``) per (method, length), with
+    """One :class:`posenc.lab.records.EvalRecord` row (``to_dict()``, no ``params``) per (method, length), with
     ``scheme`` the model_type. ``passkey`` is the mean exact
     accuracy over ``passkey_depths`` x ``passkey_trials`` prompts of that length (None when
     ``passkey_trials`` is 0). ``params`` go to each method that accepts them. A method that cannot
     apply (``ValueError``) gives a record with ``status="error"`` and the message in ``note``."""
     from pathlib import Path
 
-    from posenc.data import make_tokenizer
-    from posenc.hf import load, train_len_of
-    from posenc.metrics import evaluate_lm
-    from posenc.tasks import passkey_grid, run_passkey
+    from posenc.hf.patch import load, train_len_of
+    from posenc.lab.data import make_tokenizer
+    from posenc.lab.metrics import evaluate_lm
+    from posenc.lab.tasks import passkey_grid, run_passkey
 
     if not (Path(model_dir) / "config.json").is_file():  # one clear error, not one record per method
         raise ValueError(f"model dir {str(model_dir)!r} has no config.json (expected a folder written by "
@@ -75,7 +75,7 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
-            from posenc.hf import extend
+            from posenc.hf.patch import extend
 
             extend(model, method, **_params_for(method, dict(params or {})))
             if device is not None:

@@ -1,6 +1,6 @@
 """Reports of a length-extrapolation bench: Markdown/HTML tables, plots and the expected-shape checks.
 
-Input is the ``records`` list of ``results.json`` (written by :func:`posenc.bench.run_bench`); one record
+Input is the ``records`` list of ``results.json`` (written by :func:`posenc.lab.bench.run_bench`); one record
 per (trained scheme, inference-time method, eval length) with keys ``scheme``, ``method``, ``train_len``,
 ``eval_len``, ``ppl``, ``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``. A record's
 ``method`` is ``None``/``"none"`` for the model as trained; otherwise the training-free method applied to
@@ -13,7 +13,7 @@ the trained weights (e.g. ``yarn`` on the RoPE model, ``hierarchical`` on the le
 - :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey`: matplotlib (Agg, no pyplot state).
 - :func:`write_report`: ``report.md``, self-contained ``report.html`` (PNGs embedded as base64) and PNGs.
 
-CLI-free on purpose (``posenc bench`` calls it); ``python -m posenc.report RESULTS.json`` re-renders.
+CLI-free on purpose (``posenc bench`` calls it); ``python -m posenc.lab.report RESULTS.json`` re-renders.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
-from posenc.records import REQUIRED_KEYS
+from posenc.lab.records import REQUIRED_KEYS
 
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
            "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]
@@ -93,7 +93,7 @@ def passkey_cells(rec_or_value) -> list[dict]:
     """Normalise a record's ``passkey`` field to a list of ``{length, depth, accuracy}`` cells.
 
     Accepts None, a number (mean accuracy; depth unknown -> NaN), a list of cells, or a dict with
-    ``cells`` (the output of :func:`posenc.tasks.run_passkey`) or ``accuracy``."""
+    ``cells`` (the output of :func:`posenc.lab.tasks.run_passkey`) or ``accuracy``."""
     p = rec_or_value.get("passkey") if isinstance(rec_or_value, dict) and "scheme" in rec_or_value else rec_or_value
     length = rec_or_value.get("eval_len") if isinstance(rec_or_value, dict) and "scheme" in rec_or_value else None
     if p is None:
@@ -408,10 +408,10 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
 
 
 def main(argv=None) -> int:
-    """``python -m posenc.report RESULTS.json [OUT_DIR]``: re-render a bench's report."""
+    """``python -m posenc.lab.report RESULTS.json [OUT_DIR]``: re-render a bench's report."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: python -m posenc.report RESULTS.json [OUT_DIR]", file=sys.stderr)
+        print("usage: python -m posenc.lab.report RESULTS.json [OUT_DIR]", file=sys.stderr)
         return 2
     src = Path(argv[0])
     results = json.loads(src.read_text())

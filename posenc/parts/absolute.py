@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torchdiffeq import odeint
 
-from ._util import as_positions, check_even_int, check_finite, check_positive_int
+from posenc._util import as_positions, check_even_int, check_finite, check_positive_int
 
 __all__ = [
     "EMBEDDINGS",

@@ -22,7 +22,7 @@ Paths, one semantics:
                where it applies, else ``blockwise``.
 ``toeplitz``   a bias that depends only on the distance (ALiBi, KERPLE, T5, Sandwich) and/or a causal
                sliding window, on the fused CPU flash kernel with the bias as an O(N) strided view
-               (:mod:`posenc.toeplitz`). 1.2-1.3x bias-free SDPA here, against 2-3x for materialised
+               (:mod:`posenc.engine.toeplitz`). 1.2-1.3x bias-free SDPA here, against 2-3x for materialised
                bias (and N^2 memory) or 4-5x for compiled flex.
 ``sinks``      attention sinks + a window (StreamingLLM, LM-Infinite): the window piece on the Toeplitz
                kernel, the sink keys scored like ``reference``, merged by log-sum-exp.
@@ -46,9 +46,9 @@ import torch
 import torch.nn as nn
 
 from posenc._util import as_positions, check_finite, check_positive_int
-from posenc.masks import MaskSpec
-from posenc.remap import Branch, Remap, logn_scale
-from posenc.scheme import PositionScheme
+from posenc.parts.masks import MaskSpec
+from posenc.parts.remap import Branch, Remap, logn_scale
+from posenc.scheme.core import PositionScheme
 
 IMPLS = ("auto", "reference", "sdpa", "blockwise", "flex", "toeplitz")
 log = logging.getLogger("posenc")
@@ -65,14 +65,14 @@ class AttentionParts(nn.Module):
         self.head_dim = head_dim
         self.bias = None
         if scheme.bias is not None:
-            from posenc.biases import BIASES
+            from posenc.parts.biases import BIASES
 
             if scheme.bias.kind not in BIASES:
                 raise ValueError(f"unknown bias {scheme.bias.kind!r}; known: {sorted(BIASES)}")
             self.bias = BIASES[scheme.bias.kind](num_heads=n_heads, **scheme.bias.params)
         self.relative = None
         if scheme.relative is not None:
-            from posenc.relative import RELATIVE
+            from posenc.parts.relative import RELATIVE
 
             if scheme.relative.kind not in RELATIVE:
                 raise ValueError(f"unknown relative part {scheme.relative.kind!r}; known: {sorted(RELATIVE)}")
@@ -96,7 +96,7 @@ class AttentionParts(nn.Module):
         """RopeFrequencies for a schedule length (None: static schedule)."""
         key = length
         if key not in self._freq_cache:
-            from posenc.frequencies import rope_frequencies
+            from posenc.parts.frequencies import rope_frequencies
 
             self._freq_cache[key] = rope_frequencies(self.head_dim, base=self.rope.base,
                                                      scaling=self.rope.scaling, seq_len=length,
@@ -154,7 +154,7 @@ def _rotate_branch(parts: AttentionParts, q, k, q_pos, k_pos, branch: Branch, fr
     """q and k rotated at the branch's positions, the softmax/YaRN/log-n scale folded into q. A side whose
     positions are all 0 (ReRoPE's far keys) is left as it is; with the whole head rotated, q's scale
     multiplies its cos/sin ([B,1,Nq,R/2]) instead of taking another pass over q."""
-    from posenc.rotary import _cached_cos_sin, apply_rope, apply_rope_cos_sin, xpos_scale
+    from posenc.parts.rotary import _cached_cos_sin, apply_rope, apply_rope_cos_sin, xpos_scale
 
     if parts.rope is None:
         return _Rotated(q * q_scale, k)
@@ -257,7 +257,7 @@ def _reference(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
 # ====================================================================== blockwise path
 def _candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
     """Indices of the keys a query tile may see according to ``key_intervals(q_lo, q_hi)`` (a mask's
-    :meth:`~posenc.masks.MaskSpec.key_intervals`), sorted and unique, or None for all keys. Needs
+    :meth:`~posenc.parts.masks.MaskSpec.key_intervals`), sorted and unique, or None for all keys. Needs
     key positions non-decreasing along each row."""
     if not keys_sorted or key_intervals is None:
         return None
@@ -466,10 +466,10 @@ def band_merge_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, v=No
 
 def _band_merge(parts, q, k, v, q_pos, k_pos, freqs, q_scale):
     """Near branch (d < w) and far branch (d >= w) each computed by the fused CPU flash kernel on only
-    the keys it covers (:func:`posenc.toeplitz.toeplitz_attention` with a window, and with a minimum
+    the keys it covers (:func:`posenc.engine.toeplitz.toeplitz_attention` with a window, and with a minimum
     distance), merged by their rows' log-sum-exp. Nothing of size N x N is built; values are reversed
     once for both pieces."""
-    from posenc.toeplitz import toeplitz_attention
+    from posenc.engine.toeplitz import toeplitz_attention
 
     w = parts.branches[0].window
     near, far = (_rotate_branch(parts, q, k, q_pos, k_pos, br, freqs, q_scale) for br in parts.branches)
@@ -526,9 +526,9 @@ def toeplitz_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, needs_
 
 
 def _toeplitz(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
-    """Rotate once, then :func:`posenc.toeplitz.toeplitz_attention`: the bias's distance profile (and the
+    """Rotate once, then :func:`posenc.engine.toeplitz.toeplitz_attention`: the bias's distance profile (and the
     window) as a strided O(N) view read by the fused CPU flash kernel."""
-    from posenc.toeplitz import toeplitz_attention
+    from posenc.engine.toeplitz import toeplitz_attention
 
     rot = _rotate_branch(parts, q, k, q_pos, k_pos, parts.branches[0], freqs, q_scale)
     q0 = int(q_pos[0, 0])
@@ -582,7 +582,7 @@ def sinks_window_applicable(parts: AttentionParts, q_pos, k_pos, key_mask, q, ne
 def _sinks_window(parts, q, k, v, q_pos, k_pos, freqs, q_scale, key_mask=None):
     """Window piece (keys ``>= n_sinks`` within the window, one branch, Toeplitz kernel) and sinks piece
     (keys ``< n_sinks``, any branch mix, scored like the reference path), merged by log-sum-exp."""
-    from posenc.toeplitz import toeplitz_attention
+    from posenc.engine.toeplitz import toeplitz_attention
 
     s, w = parts.mask.n_sinks, parts.mask.window
     Nq = q.shape[2]
@@ -871,7 +871,7 @@ class PositionalAttention(nn.Module):
         self.parts = AttentionParts(scheme, n_heads, self.head_dim)
         self.memory = None
         if scheme.memory is not None:
-            from posenc.memory import MEMORIES
+            from posenc.parts.memory import MEMORIES
 
             if scheme.memory.kind not in MEMORIES:
                 raise ValueError(f"unknown memory {scheme.memory.kind!r}; known: {sorted(MEMORIES)}")

@@ -1,11 +1,12 @@
-"""Train a :class:`~posenc.model.TinyLM` under a :class:`~posenc.scheme.PositionScheme` (train short, test long).
+"""Train a :class:`~posenc.models.tinylm.TinyLM` under a :class:`~posenc.scheme.PositionScheme`
+(train short, test long).
 
 nanoGPT-style loop: AdamW (decoupled weight decay on matrices only: no decay on norms, biases, or the
 parameters of positional parts), linear warmup then cosine decay to ``min_lr``, gradient clipping by
-global norm, deterministic seeds. Batch ``step`` comes from :func:`posenc.data.get_batch` and depends
+global norm, deterministic seeds. Batch ``step`` comes from :func:`posenc.lab.data.get_batch` and depends
 only on ``(seed, step)``, which is what makes resuming exact.
 
-Run folder (``out_dir``): see :mod:`posenc.checkpoint`. Re-running with the same ``out_dir``
+Run folder (``out_dir``): see :mod:`posenc.lab.checkpoint`. Re-running with the same ``out_dir``
 
 - returns a *finished* checkpoint without training ("reuses finished checkpoints");
 - resumes an *unfinished* one exactly: model, optimizer, step and RNG state are restored, so a killed
@@ -36,10 +37,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from posenc import checkpoint as ckpt
 from posenc._util import check_device
-from posenc.model import LMConfig, TinyLM
-from posenc.scheme import METHODS, PositionScheme
+from posenc.lab import checkpoint as ckpt
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.scheme.core import METHODS, PositionScheme
 
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
@@ -172,7 +173,7 @@ def _compatible(saved: dict, cfg: TrainConfig) -> None:
 
 @torch.no_grad()
 def _val_loss(model: TinyLM, tokens, cfg: TrainConfig, rank: int, world: int, device) -> float:
-    from posenc.data import get_batch
+    from posenc.lab.data import get_batch
 
     was = model.training
     model.eval()
@@ -206,7 +207,7 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
     ``on_step(step, loss)`` is called after every optimizer step (after any checkpoint of that step)."""
     from tqdm.auto import tqdm
 
-    from posenc.data import get_batch, prepare
+    from posenc.lab.data import get_batch, prepare
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared

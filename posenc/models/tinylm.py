@@ -21,9 +21,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc._util import as_positions, check_finite, check_positive_int
-from posenc.absolute import build_embedding
-from posenc.attention import PositionalAttention
-from posenc.scheme import PositionScheme
+from posenc.engine.attention import PositionalAttention
+from posenc.parts.absolute import build_embedding
+from posenc.scheme.core import PositionScheme
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """A small pre-norm decoder-only LM (nanoGPT-style) with its positions from ``cfg.scheme``.
 
-    ``h_0 = pos(tok(x))`` (the scheme's embedding part, :func:`posenc.absolute.build_embedding`), then per
+    ``h_0 = pos(tok(x))`` (the scheme's embedding part, :func:`posenc.parts.absolute.build_embedding`), then per
     block ``h = h + Attn(RMSNorm(h))``, ``h = h + MLP(RMSNorm(h))`` (GELU, pre-norm as in GPT-2, Radford
     et al. 2019), and ``logits = RMSNorm(h) E^T`` with the token table ``E`` tied (Press & Wolf, arXiv
     1608.05859). ``forward``: ids ``[B, N]`` -> logits ``[B, N, vocab_size]``.
@@ -149,7 +149,7 @@ class TinyLM(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: torch.Tensor, positions=None, cache=None, impl: str = "auto",
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``input_ids [B,N]`` -> logits ``[B,N,V]``. With ``cache`` (see :mod:`posenc.cache`), the
+        """``input_ids [B,N]`` -> logits ``[B,N,V]``. With ``cache`` (see :mod:`posenc.models.cache`), the
         tokens are appended after what the cache holds and positions continue from it.
         ``attention_mask [B,N]`` (1 = token, 0 = padding) hides padding keys."""
         self._check_input_ids(input_ids)
@@ -228,6 +228,6 @@ class TinyLM(nn.Module):
         return new.to(next(self.parameters()).device).train(self.training)
 
     def new_cache(self, batch_size: int, **kw):
-        from posenc.cache import KVCache
+        from posenc.models.cache import KVCache
 
         return KVCache.for_model(self, batch_size, **kw)

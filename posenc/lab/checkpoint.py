@@ -1,4 +1,4 @@
-"""Checkpoints of a :class:`~posenc.model.TinyLM` run: safetensors + JSON, no pickle.
+"""Checkpoints of a :class:`~posenc.models.tinylm.TinyLM` run: safetensors + JSON, no pickle.
 
 A run directory holds::
 
@@ -28,7 +28,8 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from posenc.model import LMConfig, TinyLM
+from posenc._version import __version__
+from posenc.models.tinylm import LMConfig, TinyLM
 
 FORMAT = "posenc-checkpoint"
 FORMAT_VERSION = 1
@@ -41,9 +42,7 @@ _LM_FIELDS = ("vocab_size", "dim", "n_layers", "n_heads", "scheme", "train_len",
 
 
 def _version() -> str:
-    import posenc
-
-    return getattr(posenc, "__version__", "unknown")
+    return __version__
 
 
 def _fix(path: Path, what: str) -> str:
@@ -274,7 +273,7 @@ def load_model(run_dir, *, device: str | torch.device = "cpu", scheme=None) -> T
 def load_run(run_dir, *, device: str | torch.device = "cpu") -> tuple[TinyLM, object]:
     """``(model, tokenizer)`` of a run: :func:`load_model` and the tokenizer ``config.json`` records
     (:func:`tokenizer_spec`; a relative ``path`` option is read inside ``run_dir``)."""
-    from posenc.data import make_tokenizer
+    from posenc.lab.data import make_tokenizer
 
     model = load_model(run_dir, device=device)
     name, options = tokenizer_spec(read_config(run_dir))

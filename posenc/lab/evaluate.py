@@ -4,7 +4,7 @@ its own scheme and under inference-time extension methods.
 :func:`length_defaults` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
 (the factor of PI / NTK / YaRN, windows of ReRoPE and the masks, SelfExtend's group ...), so that
 ``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
-:func:`evaluate_model` returns one :class:`posenc.records.EvalRecord` row (as its ``to_dict()``) per
+:func:`evaluate_model` returns one :class:`posenc.lab.records.EvalRecord` row (as its ``to_dict()``) per
 (eval_len, method), with ``status`` ``"ok"`` or ``"not_applicable"``.
 
 A method that does not apply (ReRoPE on ALiBi, a second frequency schedule on a YaRN model, a learned
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 import torch
 
 from posenc._util import check_device, check_positive_int
-from posenc.metrics import evaluate_lm
-from posenc.model import TinyLM
-from posenc.records import EvalRecord
-from posenc.scheme import METHODS
+from posenc.lab.metrics import evaluate_lm
+from posenc.lab.records import EvalRecord
+from posenc.models.tinylm import TinyLM
+from posenc.scheme.core import METHODS
 
 _FACTOR_METHODS = ("pi", "ntk", "ntk_mixed", "yarn", "llama3")
 PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
@@ -126,7 +126,7 @@ def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, di
 
 
 def _passkey_rate(logits_fn, tokenizer, eval_len: int, n_trials: int, seed: int) -> float:
-    from posenc.tasks import passkey_grid, run_passkey
+    from posenc.lab.tasks import passkey_grid, run_passkey
 
     digits = 5
     length = eval_len - (digits - 1)  # the answer's first digits - 1 are fed too: inputs stay <= eval_len
@@ -189,7 +189,7 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
                    seed: int = 0, device: str | torch.device | None = None) -> list[dict]:
     """One record per (eval_len, method) for ``"none"`` (the model's own scheme) and each of ``methods``.
 
-    Perplexity/loss/accuracy come from :func:`posenc.metrics.evaluate_lm` (``mode``, ``max_windows``,
+    Perplexity/loss/accuracy come from :func:`posenc.lab.metrics.evaluate_lm` (``mode``, ``max_windows``,
     ``batch_size``) under ``torch.no_grad`` with ``impl="auto"``. With ``passkey`` (needs ``tokenizer``)
     ``passkey`` is the exact-match rate over depths :data:`PASSKEY_DEPTHS` x ``passkey_trials``.
     A method raising ``ValueError`` (it does not apply, or a learned table is too short) is reported
@@ -224,8 +224,8 @@ def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[in
                         device: str = "cpu", **kw) -> list[dict]:
     """:func:`evaluate_model` on a saved run, on the ``split`` of ``corpus`` (default: the corpus it was
     trained on) prepared with the run's tokenizer. Each record also gets ``run_dir``, ``corpus``, ``split``."""
-    from posenc.checkpoint import load_model, read_config, tokenizer_spec
-    from posenc.data import prepare
+    from posenc.lab.checkpoint import load_model, read_config, tokenizer_spec
+    from posenc.lab.data import prepare
 
     check_eval_args(lengths, methods, mode, max_windows, batch_size)
     check_device("device", device)

@@ -22,7 +22,7 @@ combinations, and the methods above with ``native=False``). What is replaced in 
    stale-base dynamic NTK (cached keys keep the base they were rotated with; here they never are).
 2. an attention function ``"posenc"`` is registered with ``transformers.AttentionInterface`` and
    selected with ``model.set_attn_implementation("posenc")``; it calls
-   :func:`posenc.attention.run_attention` with an ``AttentionParts`` built once per layer.
+   :func:`posenc.engine.attention.run_attention` with an ``AttentionParts`` built once per layer.
 3. a mask function ``"posenc"`` is registered with ``transformers.AttentionMaskInterface``: instead of
    a 4-D float mask it hands the attention function the *original position of every key*
    (``[B, Nk]`` long, ``-1`` for padding), counted over the real tokens of the 2-D attention mask
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from posenc.scheme import METHODS, PositionScheme, RopeSpec
+from posenc.scheme.core import METHODS, PositionScheme, RopeSpec
 
 # posenc method name -> transformers rope_type, for methods transformers implements itself
 HF_NATIVE = {"pi": "linear", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
@@ -114,9 +114,9 @@ def _key_positions_mask(batch_size, q_length=None, kv_length=None, q_offset=0, k
 
 def posenc_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
     """Attention function "posenc": un-rotated ``query [B,H,Nq,D]``, ``key/value [B,Hk,Nk,D]`` (GQA ok)
-    -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.attention.run_attention` under the scheme that
+    -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.engine.attention.run_attention` under the scheme that
     :func:`extend` stored on the module."""
-    from posenc.attention import AttentionParts, run_attention
+    from posenc.engine.attention import AttentionParts, run_attention
 
     state = getattr(module, "_posenc", None)
     if state is None:
@@ -232,11 +232,11 @@ def _head_dim(config) -> int:
 
 def check_rope_parameters(config, rope_parameters: dict) -> None:
     """Validate a ``rope_parameters`` dict for ``config`` the way posenc's own path does: build the
-    frequencies with :func:`posenc.frequencies.rope_frequencies` (which refuses unknown keys, a factor
+    frequencies with :func:`posenc.parts.frequencies.rope_frequencies` (which refuses unknown keys, a factor
     < 1, NaN/inf, strings, ``low_freq_factor >= high_freq_factor``, ``beta_fast <= beta_slow``, LongRoPE
     lists of the wrong length, ...) inside and past the trained length, and require a finite attention
     scale > 0 (YaRN's ``mscale``/``mscale_all_dim``/``attention_factor``). Raises ``ValueError``."""
-    from posenc.frequencies import rope_frequencies
+    from posenc.parts.frequencies import rope_frequencies
 
     base = scheme_from_config(config).rope
     partial = rope_parameters.get("partial_rotary_factor", base.partial_rotary_factor)
@@ -312,7 +312,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
 
     Methods transformers implements (:data:`HF_NATIVE`) use transformers' own code unless
     ``native=False``; everything else runs posenc's engine (``impl`` as in
-    :func:`posenc.attention.run_attention`). See the module docstring for what is replaced and why.
+    :func:`posenc.engine.attention.run_attention`). See the module docstring for what is replaced and why.
     The method is recorded in ``config.posenc`` (posenc path) or ``config.rope_parameters`` (native).
 
     Everything is validated before anything changes (a refused call leaves model and config as they
@@ -338,7 +338,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     bad = [n for n in names if n not in METHODS and n not in ("none", "default")]
     if bad:
         raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
-    from posenc.attention import IMPLS
+    from posenc.engine.attention import IMPLS
 
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -402,11 +402,3 @@ def load(path, **kwargs):
         extend(model, spec["method"], native=spec.get("native"), impl=spec.get("impl", "auto"),
                **spec.get("params", {}))
     return model.eval()
-
-
-def __getattr__(name):  # evaluation lives in posenc.hf_eval; keep posenc.hf.evaluate_hf working
-    if name == "evaluate_hf":
-        from posenc import hf_eval
-
-        return getattr(hf_eval, name)
-    raise AttributeError(name)

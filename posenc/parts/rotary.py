@@ -30,7 +30,7 @@ import os
 
 import torch
 
-from ._util import as_positions, check_finite, check_positive_int
+from posenc._util import as_positions, check_finite, check_positive_int
 
 __all__ = [
     "LAYOUTS",
