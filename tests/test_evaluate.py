@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from posenc.cli import main as cli_main
-from posenc.lab.data import ByteTokenizer
 from posenc.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults
+from posenc.lab.tokenizer import ByteTokenizer
 from posenc.lab.train import TrainConfig, train
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posenc.lab import tasks as T
-from posenc.lab.data import BPETokenizer, ByteTokenizer
+from posenc.lab.tokenizer import BPETokenizer, ByteTokenizer
 
 TOK = ByteTokenizer()
 

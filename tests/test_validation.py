@@ -494,7 +494,7 @@ def test_generate_cli_loader_accepts_a_plain_tokenizer_name(run_dir):
     ("byte", {"bogus": 1}, r"tokenizer 'byte' does not take options \['bogus'\]"),
 ])
 def test_make_tokenizer_refuses_bad_names_and_options(name, options, match):
-    from posenc.lab.data import make_tokenizer
+    from posenc.lab.tokenizer import make_tokenizer
 
     with pytest.raises(ValueError, match=match):
         make_tokenizer(name, **options)

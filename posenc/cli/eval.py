@@ -48,7 +48,7 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
     from posenc.hf.evaluate import evaluate_hf
 
     if args.text:
-        from posenc.lab.data import make_tokenizer
+        from posenc.lab.tokenizer import make_tokenizer
 
         tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
     elif args.corpus:
@@ -79,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         _write_report(args, records)
     if args.json:
-        from posenc.lab.data import _atomic_write_bytes
+        from posenc.lab.atomic import atomic_write_bytes
 
-        _atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
+        atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
     return 0
 
 

@@ -51,9 +51,9 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
     from pathlib import Path
 
     from posenc.hf.patch import load, train_len_of
-    from posenc.lab.data import make_tokenizer
     from posenc.lab.metrics import evaluate_lm
     from posenc.lab.tasks import passkey_grid, run_passkey
+    from posenc.lab.tokenizer import make_tokenizer
 
     if not (Path(model_dir) / "config.json").is_file():  # one clear error, not one record per method
         raise ValueError(f"model dir {str(model_dir)!r} has no config.json (expected a folder written by "

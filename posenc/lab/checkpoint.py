@@ -273,7 +273,7 @@ def load_model(run_dir, *, device: str | torch.device = "cpu", scheme=None) -> T
 def load_run(run_dir, *, device: str | torch.device = "cpu") -> tuple[TinyLM, object]:
     """``(model, tokenizer)`` of a run: :func:`load_model` and the tokenizer ``config.json`` records
     (:func:`tokenizer_spec`; a relative ``path`` option is read inside ``run_dir``)."""
-    from posenc.lab.data import make_tokenizer
+    from posenc.lab.tokenizer import make_tokenizer
 
     model = load_model(run_dir, device=device)
     name, options = tokenizer_spec(read_config(run_dir))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from posenc._util import check_positive_int
-from posenc.lab.data import eval_window_starts
+from posenc.lab.batches import eval_window_starts
 
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -39,7 +39,7 @@ def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: st
 
     ``loss = sum(-log p(y_t | x_<=t)) / n`` over the counted targets (float64 sums of float32
     per-token losses); ``ppl = exp(loss)``; ``accuracy`` = fraction of counted targets that are the
-    argmax of their logits; ``tokens`` = n. Windows come from :func:`posenc.lab.data.eval_window_starts`
+    argmax of their logits; ``tokens`` = n. Windows come from :func:`posenc.lab.batches.eval_window_starts`
     (``mode``, ``stride`` (sliding only; default ``eval_len // 2``), ``max_windows`` evenly spaced).
 
     With ``per_position_loss`` the result also has ``position_loss`` (mean loss of the counted targets

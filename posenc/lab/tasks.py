@@ -117,7 +117,7 @@ def make_passkey_prompt(length_tokens: int, depth: float, passkey, tokenizer, fi
     ``depth`` in [0, 1] places the key line at that fraction of the filler (0: right after the
     instruction, 1: right before the question). ``seed`` rotates the filler's sentences. With ``bos``
     the prompt starts with ``tokenizer.bos_id`` when the tokenizer has one (as every training document
-    does in :func:`posenc.lab.data.encode_documents`). Format and deviations: see the module docstring.
+    does in :func:`posenc.lab.tokenizer.encode_documents`). Format and deviations: see the module docstring.
     """
     p = _build_passkey(length_tokens, depth, passkey, tokenizer, filler, seed, instruction, bos)
     return p.prompt, p.answer

@@ -3,7 +3,7 @@
 
 nanoGPT-style loop: AdamW (decoupled weight decay on matrices only: no decay on norms, biases, or the
 parameters of positional parts), linear warmup then cosine decay to ``min_lr``, gradient clipping by
-global norm, deterministic seeds. Batch ``step`` comes from :func:`posenc.lab.data.get_batch` and depends
+global norm, deterministic seeds. Batch ``step`` comes from :func:`posenc.lab.batches.get_batch` and depends
 only on ``(seed, step)``, which is what makes resuming exact.
 
 Run folder (``out_dir``): see :mod:`posenc.lab.checkpoint`. Re-running with the same ``out_dir``
@@ -173,7 +173,7 @@ def _compatible(saved: dict, cfg: TrainConfig) -> None:
 
 @torch.no_grad()
 def _val_loss(model: TinyLM, tokens, cfg: TrainConfig, rank: int, world: int, device) -> float:
-    from posenc.lab.data import get_batch
+    from posenc.lab.batches import get_batch
 
     was = model.training
     model.eval()
@@ -207,7 +207,8 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
     ``on_step(step, loss)`` is called after every optimizer step (after any checkpoint of that step)."""
     from tqdm.auto import tqdm
 
-    from posenc.lab.data import get_batch, prepare
+    from posenc.lab.batches import get_batch
+    from posenc.lab.data import prepare
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
