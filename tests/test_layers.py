@@ -131,3 +131,13 @@ def test_no_tracker_references_in_code():
                  for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if pattern.search(line) and p.name != "test_layers.py"]
     assert not offenders, "\n".join(offenders)
+
+
+def test_module_and_function_sizes():
+    """No module over 600 lines, no function over 80: past that a file holds more than one idea."""
+    long_modules = [f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in SOURCES
+                    if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600]
+    long_functions = [f"{p.relative_to(PACKAGE.parent)}:{f.lineno} {f.name}: {f.end_lineno - f.lineno + 1} lines"
+                      for p in SOURCES for f in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80]
+    assert not long_modules + long_functions, "\n".join(long_modules + long_functions)
