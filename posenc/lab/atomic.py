@@ -7,18 +7,31 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then ``os.replace`` (readers never see a
-    partial file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def write_temp(folder: Path, name: str, data: bytes, mode: int | None = None) -> Path:
+    """Write ``data`` to a fsynced temp file ``folder/.name.*.tmp`` (``chmod`` to ``mode`` if given) and
+    return its path; on failure the temp file is removed."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, then ``os.replace`` (readers never see a
+    partial file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = write_temp(path.parent, path.name, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp.exists():
+            tmp.unlink()
         raise

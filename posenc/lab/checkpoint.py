@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -29,6 +28,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from posenc._version import __version__
+from posenc.lab.atomic import write_temp
 from posenc.models.tinylm import LMConfig, TinyLM
 
 FORMAT = "posenc-checkpoint"
@@ -50,21 +50,6 @@ def _fix(path: Path, what: str) -> str:
             f"out_dir) and train again, or restore the file from a backup")
 
 
-def _write_temp(folder: Path, name: str, data: bytes) -> Path:
-    """Write ``data`` to a fsynced temp file next to ``folder/name`` and return its path."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a checkpoint is an ordinary readable file
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return Path(tmp)
-
-
 def _commit(folder: Path, files: dict[str, bytes]) -> None:
     """Write all ``files`` as temp files first, then ``os.replace`` them in order (the dict's last entry,
     the commit marker, last). Nothing existing is touched until every new file is complete."""
@@ -72,7 +57,8 @@ def _commit(folder: Path, files: dict[str, bytes]) -> None:
     temps: list[tuple[Path, Path]] = []
     try:
         for name, data in files.items():
-            temps.append((_write_temp(folder, name, data), folder / name))
+            # mkstemp makes 0600; a checkpoint is an ordinary readable file
+            temps.append((write_temp(folder, name, data, mode=0o644), folder / name))
         for tmp, dest in temps:
             os.replace(tmp, dest)
     finally:
