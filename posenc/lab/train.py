@@ -78,14 +78,14 @@ class TrainConfig:
     compile: bool = False
 
     def __post_init__(self):
-        for name in ("dim", "n_layers", "n_heads", "train_len", "batch_size", "steps", "eval_batches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {v!r}")
-        for name in ("warmup", "save_every", "eval_every", "seed", "log_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"TrainConfig.{name} must be a non-negative integer, got {v!r}")
+        for names, minimum, what in (
+                (("dim", "n_layers", "n_heads", "train_len", "batch_size", "steps", "eval_batches"), 1,
+                 "a positive integer"),
+                (("warmup", "save_every", "eval_every", "seed", "log_every"), 0, "a non-negative integer")):
+            for name in names:
+                v = getattr(self, name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                    raise ValueError(f"TrainConfig.{name} must be {what}, got {v!r}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip", "dropout"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
