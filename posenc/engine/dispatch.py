@@ -100,6 +100,8 @@ class Rule:
 
 
 def _long_fused(call: AttentionCall, route: str) -> str | None:
+    """toeplitz and sinks beat a materialised SDPA mask and compiled flex once there are enough queries
+    to amortise their per-chunk kernel calls; a decode step or a short prefix keeps SDPA."""
     if route not in ("sdpa", "flex"):
         return f"the size route is {route}"
     if call.Nq < TOEPLITZ_MIN_QUERIES:
@@ -108,6 +110,8 @@ def _long_fused(call: AttentionCall, route: str) -> str | None:
 
 
 def _route_is(name: str) -> Prefer:
+    """Preferred only on the size route ``name`` (sdpa's, or flex's and its stand-ins')."""
+
     def prefer(call: AttentionCall, route: str) -> str | None:
         return None if route == name else f"the size route is {route}"
     return prefer
@@ -132,7 +136,9 @@ FALLBACKS: dict[str, tuple[Rule, ...]] = {
     "blockwise": (),
     "sdpa": (Rule("blockwise"),),
     "flex": (Rule("band"), Rule("sinks"), Rule("blockwise")),
-    "toeplitz": AUTO_ORDER[2:],  # the auto choice without the long-query overrides
+    # the auto choice without the long-query overrides: what impl="toeplitz" has always fallen back to
+    # (a scheme toeplitz cannot run keeps sdpa there rather than switching to the sinks pieces)
+    "toeplitz": AUTO_ORDER[2:],
     "band": (Rule("blockwise"),),
     "sinks": (Rule("blockwise"),),
 }
