@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import cli, measure_peak, peak_memory_subprocess, time_peers
-from posenc.engine.attention import attention
+from posenc.engine import attention
 from posenc.parts.biases import alibi_slopes
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.rotary import apply_rope

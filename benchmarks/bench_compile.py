@@ -18,7 +18,7 @@ from benchmarks.common import cli, peak_memory_subprocess
 
 
 def _sequence(lengths: list) -> dict:
-    from posenc.engine.attention import attention
+    from posenc.engine import attention
     from posenc.scheme.core import PositionScheme
 
     sc = PositionScheme.preset("alibi")

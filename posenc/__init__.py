@@ -6,7 +6,7 @@ cache that is right under every method, and a lab (``posenc bench``) that measur
 """
 
 from posenc._version import __version__ as __version__
-from posenc.engine.attention import PositionalAttention, attention
+from posenc.engine import PositionalAttention, attention
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.parts.absolute import sinusoidal_table
 from posenc.parts.biases import alibi_slopes, t5_relative_bucket

@@ -340,18 +340,23 @@ def test_flex_equals_reference(name):
 
 
 def test_flex_falls_back_for_multi_branch_and_grad():
-    from posenc.engine.attention import flex_applicable
+    from posenc.engine.backends import BY_NAME
+    from posenc.engine.dispatch import make_call
 
-    assert not flex_applicable(PositionalAttention(32, 4, _preset("rerope")).parts, needs_grad=False)
-    assert not flex_applicable(PositionalAttention(32, 4, _preset("rope")).parts, needs_grad=True)
-    assert flex_applicable(PositionalAttention(32, 4, _preset("rope")).parts, needs_grad=False)
+    def why_not(name, grad):
+        q, k, v = (t.requires_grad_(grad) for t in _qkv(N=8, D=8))
+        return BY_NAME["flex"].why_not(make_call(PositionalAttention(32, 4, _preset(name)).parts, q, k, v))
+
+    assert "branches" in why_not("rerope", False)
+    assert "backward" in why_not("rope", True)
+    assert why_not("rope", False) is None
 
 
 @pytest.mark.parametrize("mask", [MaskSpec(window=70, n_sinks=3), MaskSpec(), MaskSpec(block=50),
                                   MaskSpec(window=64)])
 @pytest.mark.parametrize("use_intervals", [False, True])
 def test_block_mask_matches_dense(mask, use_intervals):
-    from posenc.engine.attention import build_block_mask
+    from posenc.engine import build_block_mask
 
     p = torch.arange(300)[None]
     bm = build_block_mask(mask.allowed, p, p, block=64, key_intervals=mask.key_intervals if use_intervals else None)
@@ -465,18 +470,20 @@ def test_band_merge_equals_reference(method, params, N):
     """The LSE merge of the near piece (window) and the far piece (minimum distance), each on the fused
     CPU flash kernel through the Toeplitz view, equals the materialised reference: a full forward, a run
     of queries continuing a cache, and a sequence shorter than the window (no far piece)."""
-    from posenc.engine.attention import _band_merge, _parts_for, _query_scale, band_merge_applicable
+    from posenc.engine.backends import BY_NAME
+    from posenc.engine.dispatch import make_call, run_backend
+    from posenc.engine.parts import parts_for
 
     s = PositionScheme.preset(method, train_len=64, **params)
     q, k, v = _qkv(N=N)
-    parts = _parts_for(s.to_json(), 4, 16)
+    parts = parts_for(s.to_json(), 4, 16)
     for q0 in (0, N - 130 if N > 130 else N // 2):
         qq = q[:, :, q0:]
         qp, kp = torch.arange(q0, N)[None].expand(2, -1), torch.arange(N)[None].expand(2, -1)
-        assert band_merge_applicable(parts, qp, kp, None, qq)
+        call = make_call(parts, qq, k, v, qp, kp)
+        assert BY_NAME["band"].why_not(call) is None
         ref = attention(qq, k, v, s, q_pos=qp, k_pos=kp, impl="reference")
-        out = _band_merge(parts, qq, k, v, qp, kp, parts.frequencies(None),
-                          _query_scale(parts, qp, parts.frequencies(None).attention_scale, q.dtype, None))
+        out = run_backend(BY_NAME["band"], call)
         assert relative_error(out, ref) <= 1e-5, (q0, relative_error(out, ref))
 
 
@@ -484,11 +491,11 @@ def test_band_merge_equals_reference(method, params, N):
 def test_flex_compile_says_so_once_per_shape(caplog, monkeypatch):
     """The first compiled-flex call of a shape announces the wait (the CLI shows posenc's INFO log);
     the second call of that shape is silent."""
-    import importlib
     import logging
 
-    engine = importlib.import_module("posenc.engine.attention")  # the module (posenc.engine.attention is the function)
-    monkeypatch.setattr(engine, "_FLEX_SEEN", set())  # as in a fresh process
+    import posenc.engine.backends.flex as flex_backend
+
+    monkeypatch.setattr(flex_backend, "_FLEX_SEEN", set())  # as in a fresh process
 
     q, k, v = _qkv(B=1, N=200)
     s = PositionScheme.preset("alibi")

@@ -8,10 +8,10 @@ anywhere in their valid ranges, optional soft-cap), batch 1-3, query heads = key
 Nq <= Nk positions (a prefill continuing a cache / a decode step), left padding per row through
 ``key_mask`` (sometimes every key but one), fp32 or bf16.
 
-Paths: ``reference`` (in the example's dtype), ``sdpa``, ``blockwise``, ``toeplitz``, ``auto`` and the
-non-compiled ``flex`` routes (band merge, sinks + window, blockwise fallback) through ``run_attention``;
-the band merge and sinks + window pieces also directly whenever their own applicability check says
-they apply (``auto`` reaches them only from 64 queries on); compiled FlexAttention in its own test
+Paths: ``reference`` (in the example's dtype), ``sdpa``, ``blockwise``, ``toeplitz``, ``band``, ``sinks``,
+``auto`` and the non-compiled ``flex`` routes (band merge, sinks + window, blockwise fallback) through
+``run_attention``; the band merge and sinks + window backends also directly whenever their own ``why_not``
+says they apply (``auto`` reaches them only from 64 queries on); compiled FlexAttention in its own test
 (10-30 s of compilation per new graph on CPU: CI runs only its pinned examples).
 
 Tolerances, as ``relative_error`` (max |a - e| / max |e|) against the **fp32 reference on the same
@@ -42,21 +42,13 @@ from hypothesis import strategies as st
 
 from posenc import PositionScheme
 from posenc._util import relative_error
-from posenc.engine.attention import (
-    AttentionParts,
-    _band_merge,
-    _expand_kv,
-    _query_scale,
-    _sinks_window,
-    band_merge_applicable,
-    flex_applicable,
-    run_attention,
-    sinks_window_applicable,
-)
+from posenc.engine import AttentionParts, run_attention
+from posenc.engine.backends import BY_NAME
+from posenc.engine.dispatch import make_call, run_backend
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2.0 ** -4}
 N_MAX = 384 if FUZZ else 256  # CI: Nq * Nk <= 256^2, so "auto" never picks the compiled flex path
-EAGER_IMPLS = ("reference", "sdpa", "blockwise", "toeplitz", "auto")
+EAGER_IMPLS = ("reference", "sdpa", "blockwise", "toeplitz", "band", "sinks", "auto")
 
 
 # ====================================================================== drawn cases
@@ -99,21 +91,14 @@ class Case:
                                  self.k_pos, impl="reference", key_mask=self.key_mask)
 
     def direct_paths(self):
-        """The band merge and sinks + window paths called directly where they apply (static schedules:
-        ``run_attention`` groups dynamic-schedule queries itself and reaches these through flex/auto)."""
-        p = self.parts
-        if p.schedule_lengths(self.q_pos, self.k_pos) is not None:
-            return {}
-        freqs = p.frequencies(None) if p.rope is not None else None
-        scale = _query_scale(p, self.q_pos, freqs.attention_scale if freqs else 1.0, self.dtype, None)
-        k, v = _expand_kv(self.k, self.q.shape[1]), _expand_kv(self.v, self.q.shape[1])  # as run_attention does
-        args = (p, self.q, k, v, self.q_pos, self.k_pos, freqs, scale)
+        """The band merge and sinks + window backends run directly whenever their own ``why_not`` says they
+        apply (``auto`` reaches them only from 64 queries on, and through ``flex`` only past 256 x 256)."""
         out = {}
         with torch.no_grad():
-            if band_merge_applicable(p, self.q_pos, self.k_pos, self.key_mask, self.q, v):
-                out["band"] = _band_merge(*args)
-            if sinks_window_applicable(p, self.q_pos, self.k_pos, self.key_mask, self.q, False, v):
-                out["sinks"] = _sinks_window(*args, self.key_mask)
+            call = make_call(self.parts, self.q, self.k, self.v, self.q_pos, self.k_pos, self.key_mask)
+            for name in ("band", "sinks"):
+                if BY_NAME[name].why_not(call) is None:
+                    out[name] = run_backend(BY_NAME[name], call)
         return out
 
     def check(self, outputs: dict):
@@ -153,7 +138,7 @@ def cases(draw, n_max=N_MAX, lengths=None):
 def test_every_eager_path_equals_reference(case):
     outputs = {impl: case.run(impl) for impl in EAGER_IMPLS}
     with torch.no_grad():  # (learned biases count as fixed only without autograd, as in case.run)
-        compiled = flex_applicable(case.parts, needs_grad=False)
+        compiled = BY_NAME["flex"].why_not(make_call(case.parts, case.q, case.k, case.v)) is None
     if not compiled:  # flex here is the band / sinks / blockwise route
         outputs["flex"] = case.run("flex")
     outputs.update(case.direct_paths())

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from posenc import hf  # noqa: E402
 from posenc._util import assert_close  # noqa: E402
-from posenc.engine.attention import AttentionParts, run_attention  # noqa: E402
+from posenc.engine import AttentionParts, run_attention  # noqa: E402
 
 L = 16  # trained length (max_position_embeddings) of every tiny model
 COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,

@@ -21,7 +21,7 @@ import torch
 
 from posenc import PositionScheme
 from posenc._util import assert_close
-from posenc.engine.attention import AttentionParts, run_attention
+from posenc.engine import AttentionParts, run_attention
 
 H, D = 2, 4
 

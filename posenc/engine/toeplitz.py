@@ -4,7 +4,7 @@ A bias that depends only on the distance ``d = m - n`` between query position ``
 position ``n`` (ALiBi, KERPLE, T5 buckets, Sandwich, a causal sliding window as ``-inf`` beyond
 ``w``) is a Toeplitz matrix ``T[m, n] = f(m - n)``. Materialising it costs ``H x N x N`` floats
 (4 GiB at 16k tokens and 4 heads); FlexAttention's ``score_mod`` avoids that but its compiled CPU
-kernel runs 3-5x slower than PyTorch's fused flash kernel.
+kernel is several times slower than PyTorch's fused flash kernel.
 
 The trick: reverse the keys. With ``j = Nk - 1 - n`` the bias becomes ``f(m + j - Nk + 1)``, a
 *Hankel* matrix whose entry depends on ``m + j`` only, so it is a strided view of one vector ``g``
@@ -17,12 +17,12 @@ To keep causal skipping, queries go in chunks of ``C``: a chunk ``[m0, m1)`` att
 ``[lo, m1)`` (``lo = 0``, or ``m1 - C - w + 1`` with a window ``w``), so the wasted work is the
 upper triangle of one ``C x C`` block per chunk. Every chunk's view has the same shape rule, so one
 vector serves all of them: ``g[u] = f(u - (C - 1))`` for ``u >= C - 1`` and ``-inf`` below (future
-keys). Measured here (``benchmarks/bench_attention.py``): ALiBi 1.2-1.4x bias-free causal SDPA from
-1k to 64k tokens, against 2-3x for SDPA with the bias materialised (and N^2 memory).
+keys). ALiBi this way costs little more than bias-free causal SDPA, well below SDPA with the bias
+materialised (and its N^2 memory); measurements: ``benchmarks/bench_attention.py`` and the README.
 
 With ``min_distance`` and ``return_lse`` one call computes a *piece* of the keys (``d >= min_distance``)
 and its rows' log-sum-exp, so pieces with different rotations merge exactly: ReRoPE's near branch is a
-windowed call, its far branch a ``min_distance = w`` call (``posenc.engine.attention._band_merge``).
+windowed call, its far branch a ``min_distance = w`` call (the ``band`` backend, :mod:`posenc.engine.backends.band`).
 The flash kernel's backward makes the path differentiable in ``q, k, v`` (not in the profile).
 """
 
@@ -37,7 +37,7 @@ def default_chunk(n_queries: int, window: int | None = None) -> int:
     """Query chunk measured best on a 2-core CPU (``toeplitz_chunk_ms`` in ``benchmarks/bench_attention.py``):
     small chunks waste less of the diagonal block, large ones amortise the per-call cost at long lengths.
     With a window a chunk reads ``C + w - 1`` keys for ``C`` queries, so chunks stay near ``w / 8``
-    (w=1024 at 16k tokens: 85 ms with C=128, 120 ms with C=1024)."""
+    (a chunk as wide as the window reads twice the keys it needs)."""
     c = 256 if n_queries <= 8192 else 1024
     return c if window is None else max(64, min(c, window // 8))
 
@@ -52,10 +52,10 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``); ``profile [H, P]``
     with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``, ``P >= min(window, q_start + Nq)``
     (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window`` and
-    positions ``>= key_start`` (attention sinks below it are another piece, see ``posenc.engine.attention``).
+    positions ``>= key_start`` (attention sinks below it are another piece, see :mod:`posenc.engine.backends.sinks`).
     Returns ``[B,H,Nq,D]``, and with ``return_lse`` also the log-sum-exp of each row's scores
     ``[B,H,Nq]`` (float32; ``-inf`` and a zero output for a row that sees no key), so pieces computed
-    separately merge exactly (the ReRoPE family's near and far branches, see ``posenc.engine.attention``).
+    separately merge exactly (the ReRoPE family's near and far branches, see :mod:`posenc.engine.backends.band`).
     ``reversed_keys``: ``k`` and ``v`` are given already reversed along the sequence (index ``Nk-1-n``
     holds key ``n``), so pieces that share them flip them once.
     Memory beyond the inputs: the reversed keys/values and ``H x (P + chunk)`` bias entries.

@@ -116,7 +116,7 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     """Attention function "posenc": un-rotated ``query [B,H,Nq,D]``, ``key/value [B,Hk,Nk,D]`` (GQA ok)
     -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.engine.attention.run_attention` under the scheme that
     :func:`extend` stored on the module."""
-    from posenc.engine.attention import AttentionParts, run_attention
+    from posenc.engine import AttentionParts, run_attention
 
     state = getattr(module, "_posenc", None)
     if state is None:
@@ -338,7 +338,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     bad = [n for n in names if n not in METHODS and n not in ("none", "default")]
     if bad:
         raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
-    from posenc.engine.attention import IMPLS
+    from posenc.engine import IMPLS
 
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc._util import as_positions, check_finite, check_positive_int
-from posenc.engine.attention import PositionalAttention
+from posenc.engine import PositionalAttention
 from posenc.parts.absolute import build_embedding
 from posenc.scheme.core import PositionScheme
 

@@ -68,6 +68,13 @@ class Remap:
     """Base class: identity (plain RoPE). Subclasses are frozen dataclasses."""
 
     name = "none"
+    #: True when :meth:`allowed` imposes a mask of its own (set on every subclass that overrides it), so
+    #: the engine knows without calling it whether the scheme's mask is the whole mask.
+    restricts_keys: bool = False
+    #: True when :meth:`relative` differs from ``qp - kp`` (set on every subclass that overrides it): a
+    #: bias must then see the remapped distance, and a kernel that reads the bias by true distance
+    #: cannot run the scheme.
+    remaps_distance: bool = False
 
     def branches(self) -> list[Branch]:
         return [Branch()]
@@ -104,6 +111,7 @@ class ReRoPE(Remap):
 
     window: int = 512
     name = "rerope"
+    remaps_distance = True
 
     def __post_init__(self):
         check_positive_int("rerope.window", self.window)
@@ -129,6 +137,7 @@ class LeakyReRoPE(Remap):
     window: int = 512
     factor: float = 16.0
     name = "leaky_rerope"
+    remaps_distance = True
 
     def __post_init__(self):
         check_positive_int("leaky_rerope.window", self.window)
@@ -157,6 +166,7 @@ class SelfExtend(Remap):
     group: int = 8
     window: int = 512
     name = "selfextend"
+    remaps_distance = True
 
     def __post_init__(self):
         check_positive_int("selfextend.group", self.group)
@@ -186,6 +196,7 @@ class DistanceCeiling(Remap):
 
     ceiling: int = 512
     name = "ceiling"
+    remaps_distance = True
 
     def __post_init__(self):
         check_positive_int("ceiling.ceiling", self.ceiling)
@@ -205,6 +216,7 @@ class StreamingReindex(Remap):
     n_sinks: int = 4
     window: int = 512
     name = "streaming"
+    remaps_distance = True
 
     def __post_init__(self):
         check_positive_int("streaming.n_sinks", self.n_sinks, minimum=0)
@@ -235,6 +247,8 @@ class ParallelContextWindows(Remap):
     window: int = 512
     n_windows: int = 2
     name = "pcw"
+    remaps_distance = True
+    restricts_keys = True
 
     def __post_init__(self):
         check_positive_int("pcw.window", self.window)

@@ -1,0 +1,77 @@
+"""What a backend is, and the checks several backends share.
+
+A backend computes attention for an :class:`~posenc.engine.call.AttentionCall` exactly as the reference
+does (same masks, branches, biases; only the summation order differs). It declares
+
+- ``name``: the ``impl=`` value that selects it;
+- ``why_not(call) -> str | None``: why it cannot compute this call exactly (None: it can). This is
+  capability only; cost preferences of ``impl="auto"`` live in :mod:`posenc.engine.dispatch`;
+- ``run(call) -> [B,H,Nq,Dv]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.engine.call import AttentionCall
+from posenc.engine.parts import AttentionParts
+
+
+class Backend:
+    """Base class of the execution paths (one instance each in :data:`posenc.engine.backends.BACKENDS`)."""
+
+    name: str = ""
+
+    def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
+        return None
+
+    def run(self, call: AttentionCall) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+def first_reason(*checks: tuple[bool, str]) -> str | None:
+    """The message of the first ``(failed, message)`` pair whose condition holds, else None."""
+    return next((msg for failed, msg in checks if failed), None)
+
+
+def position_run(q_pos, k_pos) -> int | None:
+    """The first query position when keys sit at ``0..Nk-1`` and queries at a contiguous run
+    ``q0..q0+Nq-1`` with ``q0 + Nq <= Nk``, identically in every row (a full forward, a prefill, or a
+    decode step without padding); None otherwise. The fused CPU paths index keys by position."""
+    Nq, Nk = q_pos.shape[1], k_pos.shape[1]
+    if not bool((k_pos == k_pos[:1]).all() and (q_pos == q_pos[:1]).all()):
+        return None
+    q0 = int(q_pos[0, 0])
+    ok = bool((k_pos[0] == torch.arange(Nk, device=k_pos.device)).all()) and q0 + Nq <= Nk and bool(
+        (q_pos[0] == torch.arange(q0, q0 + Nq, device=q_pos.device)).all())
+    return q0 if ok else None
+
+
+def fused_cpu_reason(call: AttentionCall) -> str | None:
+    """Why the fused CPU flash kernel cannot run the call (None: it can): it needs CPU tensors, fp32 or
+    bf16, and values as wide as queries."""
+    q, v = call.q, call.v
+    return first_reason(
+        (q.device.type != "cpu", f"the fused CPU flash kernel needs CPU tensors, not {q.device.type}"),
+        (q.dtype not in (torch.float32, torch.bfloat16), f"the fused CPU flash kernel takes fp32/bf16, not {q.dtype}"),
+        (v.shape[-1] != q.shape[-1], "the fused CPU flash kernel needs values as wide as queries"),
+        (not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"),
+         "this torch has no fused CPU flash kernel"))
+
+
+def fixed_distance_bias(parts: AttentionParts) -> bool:
+    """No bias, or one that depends only on the distance and needs no gradient here (its table can be
+    read once as a profile)."""
+    bias = parts.bias
+    return bias is None or (bias.translation_invariant and not (
+        torch.is_grad_enabled() and any(p.requires_grad for p in bias.parameters())))
+
+
+def distance_profile(parts: AttentionParts, reach: int, device) -> torch.Tensor:
+    """``[H, reach]`` bias at distances ``0..reach-1`` (zeros without a bias)."""
+    if parts.bias is None:
+        return torch.zeros(parts.n_heads, reach, dtype=torch.float32, device=device)
+    return parts.bias.distance_profile(reach, device=device)

@@ -1,0 +1,104 @@
+"""``sinks``: attention sinks + a causal window (StreamingLLM, LM-Infinite, a window under a ReRoPE-like
+remap): the window piece on the Toeplitz kernel, the few sink keys scored like ``reference``, the two
+merged by log-sum-exp."""
+
+from __future__ import annotations
+
+import torch
+
+from posenc.engine import toeplitz as kernel
+from posenc.engine.backends.base import (
+    Backend,
+    distance_profile,
+    first_reason,
+    fixed_distance_bias,
+    fused_cpu_reason,
+    position_run,
+)
+from posenc.engine.call import AttentionCall
+from posenc.engine.parts import AttentionParts
+from posenc.engine.scores import rotate_branch, scores_tile
+
+
+def window_branch(parts: AttentionParts, q0: int, Nq: int) -> int | None:
+    """Index of a branch whose region holds every pair of the window piece (``max(s, m - w + 1) <= n <= m``
+    for the queries ``q0..q0+Nq-1``), or None. Evaluated on that band once per shape and memoised:
+    regions are arbitrary elementwise functions, so this is checked, not assumed."""
+    key = (q0, Nq)
+    memo = parts.__dict__.setdefault("_window_branch_memo", {})
+    if key not in memo:
+        s, w = parts.mask.n_sinks, parts.mask.window
+        rows = max(1, (1 << 22) // w)  # band evaluated in blocks of ~4M pairs
+
+        def holds(region) -> bool:
+            for a in range(q0, q0 + Nq, rows):
+                qp = torch.arange(a, min(q0 + Nq, a + rows))[:, None]  # [r,1]
+                kp = qp - torch.arange(w)[None]  # [r,w] the band, d = 0..w-1
+                if not bool((region(qp, kp) | (kp < s)).all()):
+                    return False
+            return True
+
+        found = next((i for i, br in enumerate(parts.branches) if br.region is None or holds(br.region)), None)
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = found
+    return memo[key]
+
+
+class SinksWindow(Backend):
+    """A causal window (with or without attention sinks) whose window pairs all fall in one branch
+    (StreamingLLM's re-indexing, LM-Infinite's distance ceiling, a window under a ReRoPE-like remap),
+    a distance-only bias or none, nothing else in the scores, contiguous positions, inference on CPU.
+    The window piece runs on the Toeplitz kernel, the sinks piece (n_sinks keys) is materialised."""
+
+    name = "sinks"
+
+    def why_not(self, call: AttentionCall) -> str | None:
+        parts = call.parts
+        mask, bias = parts.mask, parts.bias
+        reason = first_reason(
+            (mask.window is None, "no sliding window"),
+            (not mask.causal, "the mask is not causal"),
+            (mask.block is not None, "a block mask"),
+            (parts.relative is not None, "content-relative terms"),
+            (parts.scheme.softcap is not None, "a soft-cap"),
+            (parts.remap.restricts_keys, "the remap adds a mask"),
+            (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
+            (call.needs_grad, "inference only"),
+        ) or fused_cpu_reason(call) or first_reason(
+            (not fixed_distance_bias(parts), "the bias is not a fixed function of the distance"),
+            (bias is not None and parts.remap.remaps_distance, "the remap changes the distance the bias sees"))
+        if reason is not None:
+            return reason
+        q0 = position_run(call.q_pos, call.k_pos)
+        if q0 is None:
+            return "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
+        if window_branch(parts, q0, call.Nq) is None:
+            return "the window's pairs are not all in one branch"
+        return None
+
+    def run(self, call: AttentionCall):
+        """Window piece (keys ``>= n_sinks`` within the window, one branch, Toeplitz kernel) and sinks piece
+        (keys ``< n_sinks``, any branch mix, scored like the reference path), merged by log-sum-exp:
+        ``out = o_win + exp(l_sink - logaddexp(l_win, l_sink)) * (o_sink - o_win)``."""
+        parts, q, v = call.parts, call.q, call.v
+        s, w = parts.mask.n_sinks, parts.mask.window
+        Nq = call.Nq
+        q0 = int(call.q_pos[0, 0])
+        rot = rotate_branch(call, parts.branches[window_branch(parts, q0, Nq)])
+        profile = distance_profile(parts, min(w, q0 + Nq), q.device)
+        o_win, l_win = kernel.toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=w, key_start=s,
+                                                 return_lse=True)
+        ks = min(s, call.Nk)
+        if ks == 0:
+            return o_win
+        sinks = call.key_prefix(ks)
+        scores = scores_tile(sinks)  # [B,H,Nq,ks]
+        allowed = parts.allowed(call.q_pos[:, None, :, None], sinks.k_pos[:, None, None, :])
+        scores = scores.float().masked_fill(~allowed, float("-inf"))
+        l_sink = torch.logsumexp(scores, dim=-1)  # [B,H,Nq]; -inf where no sink is visible
+        probs = torch.nan_to_num(torch.exp(scores - l_sink[..., None]), nan=0.0)
+        o_sink = probs.to(v.dtype) @ sinks.v
+        total = torch.logaddexp(l_win, l_sink)  # every query sees itself in one of the pieces: finite
+        w_sink = torch.exp(l_sink - total)[..., None].to(o_win.dtype)  # rows before n_sinks: l_win = -inf, w = 1
+        return o_win.lerp_(o_sink.to(o_win.dtype), w_sink)

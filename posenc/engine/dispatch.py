@@ -1,0 +1,261 @@
+"""Which backend runs a call, and the entry point :func:`run_attention`.
+
+Shape legend: B batch, H query heads, Hk key/value heads (GQA when Hk < H), Nq queries, Nk keys,
+D head dim. Inputs q ``[B,H,Nq,D]``, k/v ``[B,Hk,Nk,D]`` are *un-rotated* projections; positions are
+``[B,Nq]`` / ``[B,Nk]`` original token positions (a KV cache stores exactly these).
+
+Backends, one semantics (:mod:`posenc.engine.backends`, each with ``why_not(call)``: why it cannot
+compute a call exactly, None when it can):
+
+``reference``  materialises ``[B,H,Nq,Nk]`` scores; per pair it picks the branch whose region holds
+               it, adds biases and content-relative terms, masks, softmaxes. Short and readable:
+               the ground truth, and the training path (autograd) at short lengths.
+``sdpa``       single-branch schemes: rotate once, fused SDPA with the bias and mask as one additive
+               mask (or its own ``is_causal``); the training path.
+``blockwise``  the same computation tiled over queries: for each query tile only the key blocks
+               the mask allows are gathered, and each remap branch is evaluated only on tiles its
+               region touches (boundary tiles twice). Memory O(tile * keys visible), never N x N.
+``flex``       ``torch.compile(flex_attention)``: biases as ``score_mod``, masks as block masks
+               (fully masked blocks skipped). In torch 2.13 compiled CPU flex has no backward and
+               no ``return_lse``, so one flex call covers a single-branch scheme without
+               content-relative terms at inference.
+``band``       multi-branch remaps whose regions are distance bands (ReRoPE, Leaky ReRoPE, SelfExtend,
+               distance ceiling) on a plain causal mask: the fused CPU flash kernel per branch, merged
+               by log-sum-exp.
+``toeplitz``   a bias that depends only on the distance (ALiBi, KERPLE, T5, Sandwich) and/or a causal
+               sliding window, on the fused CPU flash kernel with the bias as an O(N) strided view
+               (:mod:`posenc.engine.toeplitz`): close to bias-free SDPA, where a materialised bias
+               costs N^2 memory and compiled flex a slower kernel (measurements: README, benchmarks/).
+``sinks``      attention sinks + a window (StreamingLLM, LM-Infinite): the window piece on the Toeplitz
+               kernel, the sink keys scored like ``reference``, merged by log-sum-exp.
+
+``impl="auto"`` walks :data:`AUTO_ORDER`, a list of rules ``(backend, prefer)``, and runs the first
+backend that both computes the call exactly (``why_not`` is None) and is preferred for it (``prefer``
+is None). ``prefer`` is about cost only and reads the call's *size route* (:func:`size_route`):
+
+- single branch, no content-relative terms, no soft-cap: fused SDPA (its causal kernel needs no mask
+  at all; a bias or window becomes one additive mask while that stays below ``SDPA_MASK_ELEMENTS``,
+  and always when training);
+- beyond that, at inference: compiled FlexAttention (score_mod + block mask, linear memory), or for
+  what flex cannot run (several branches, content-relative terms) its stand-ins ``band``, ``sinks``,
+  ``blockwise`` (linear memory), once ``Nq * Nk > FLEX_MIN_PAIRS``;
+- the materialised ``reference`` otherwise (small, or gradients through what SDPA cannot run);
+- overriding sdpa and flex for at least ``TOEPLITZ_MIN_QUERIES`` queries: distance-only biases and
+  causal sliding windows on the fused CPU flash kernel (``toeplitz``, also for training fixed biases),
+  and at inference attention sinks + window (``sinks``).
+
+An explicit name runs that backend, or where it cannot compute the call exactly, its fallback
+(:data:`FALLBACKS`): ``sdpa`` -> ``blockwise``; ``flex`` -> ``band``, ``sinks``, else ``blockwise``;
+``toeplitz`` -> the auto choice without the long-query overrides (``sdpa``, ``flex`` and its stand-ins,
+``reference``); ``band``, ``sinks`` -> ``blockwise``; ``reference`` and ``blockwise`` run every call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from posenc._util import as_positions, check_finite
+from posenc.engine.backends import BACKENDS, BY_NAME, Backend
+from posenc.engine.backends import sdpa as sdpa_backend
+from posenc.engine.backends.toeplitz import TOEPLITZ_MIN_QUERIES
+from posenc.engine.call import AttentionCall
+from posenc.engine.parts import AttentionParts, expand_kv
+from posenc.engine.scores import query_scale
+
+IMPLS = ("auto",) + tuple(b.name for b in BACKENDS)
+FLEX_MIN_PAIRS = 256 * 256  # Nq * Nk beyond which auto leaves the materialised reference at inference
+log = logging.getLogger("posenc")
+
+
+# ====================================================================== the auto choice
+def size_route(call: AttentionCall) -> str:
+    """The cost class of a call, before the long-query overrides: ``"sdpa"``, ``"flex"`` (compiled flex
+    or, for what flex cannot run, its linear-memory stand-ins) or ``"reference"`` (see the module
+    docstring)."""
+    if BY_NAME["sdpa"].why_not(call) is None:
+        small = call.B * call.H * call.Nq * call.Nk <= sdpa_backend.SDPA_MASK_ELEMENTS
+        if sdpa_backend.needs_no_mask(call.parts) or small or call.needs_grad:
+            return "sdpa"
+        if BY_NAME["flex"].why_not(call) is None:
+            return "flex"
+    if call.needs_grad:
+        return "reference"
+    return "flex" if call.Nq * call.Nk > FLEX_MIN_PAIRS else "reference"
+
+
+Prefer = Callable[[AttentionCall, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One step of a walk: ``backend`` (a name) where ``prefer(call, route)`` is None (a cost reason
+    to pass over it otherwise; None = no preference, only ``why_not`` decides)."""
+
+    backend: str
+    prefer: Prefer | None = None
+
+
+def _long_fused(call: AttentionCall, route: str) -> str | None:
+    """toeplitz and sinks beat a materialised SDPA mask and compiled flex once there are enough queries
+    to amortise their per-chunk kernel calls; a decode step or a short prefix keeps SDPA."""
+    if route not in ("sdpa", "flex"):
+        return f"the size route is {route}"
+    if call.Nq < TOEPLITZ_MIN_QUERIES:
+        return f"{call.Nq} queries < TOEPLITZ_MIN_QUERIES: a materialised mask is as cheap"
+    return None
+
+
+def _route_is(name: str) -> Prefer:
+    """Preferred only on the size route ``name`` (sdpa's, or flex's and its stand-ins')."""
+
+    def prefer(call: AttentionCall, route: str) -> str | None:
+        return None if route == name else f"the size route is {route}"
+    return prefer
+
+
+#: ``impl="auto"``: the first rule whose backend is exact and preferred. toeplitz and sinks override sdpa
+#: and flex for long query runs; band, sinks and blockwise stand in for flex where flex cannot run.
+AUTO_ORDER: tuple[Rule, ...] = (
+    Rule("toeplitz", _long_fused),
+    Rule("sinks", _long_fused),
+    Rule("sdpa", _route_is("sdpa")),
+    Rule("flex", _route_is("flex")),
+    Rule("band", _route_is("flex")),
+    Rule("sinks", _route_is("flex")),
+    Rule("blockwise", _route_is("flex")),
+    Rule("reference"),
+)
+
+#: ``impl=<name>`` where that backend cannot compute the call exactly: the rules walked next.
+FALLBACKS: dict[str, tuple[Rule, ...]] = {
+    "reference": (),
+    "blockwise": (),
+    "sdpa": (Rule("blockwise"),),
+    "flex": (Rule("band"), Rule("sinks"), Rule("blockwise")),
+    # the auto choice without the long-query overrides: what impl="toeplitz" has always fallen back to
+    # (a scheme toeplitz cannot run keeps sdpa there rather than switching to the sinks pieces)
+    "toeplitz": AUTO_ORDER[2:],
+    "band": (Rule("blockwise"),),
+    "sinks": (Rule("blockwise"),),
+}
+
+
+def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, list[tuple[str, str]]]:
+    """The backend ``impl`` runs for ``call``, and ``(name, reason)`` for each rule passed over first."""
+    rules = AUTO_ORDER if impl == "auto" else (Rule(impl), *FALLBACKS[impl])
+    declined = []
+    route = None
+    for rule in rules:
+        why = None
+        if rule.prefer is not None:
+            route = route or size_route(call)
+            why = rule.prefer(call, route)
+        why = why or BY_NAME[rule.backend].why_not(call)
+        if why is None:
+            return BY_NAME[rule.backend], declined
+        declined.append((rule.backend, why))
+    raise AssertionError(f"no backend for impl={impl!r}: {declined}")  # reference ends every walk
+
+
+# ====================================================================== entry point
+def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
+                  scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
+    ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys. On every path: a query that
+    sees no key (all its keys padding or masked) gets a 0 output row, and a query row holding NaN or inf
+    gets a NaN output row (NaN in, NaN out). ``scale``: the softmax scale, finite and > 0 (default
+    ``1/sqrt(D)``)."""
+    scale = check_inputs(q, k, v, impl, scale, key_mask)
+    call = make_call(parts, q, k, v, q_pos, k_pos, key_mask)
+    backend, declined = choose_backend(call, impl)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,
+                  "; ".join(f"{n}: {why}" for n, why in declined) or "none")
+    out = run_backend(backend, call, scale)
+    bad = ~torch.isfinite(q).all(dim=-1)  # [B,H,Nq]: NaN/inf in a query row gives a NaN output row, on every path
+    if bool(bad.any()):
+        out = out.masked_fill(bad[..., None], float("nan"))
+    return out
+
+
+def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=None) -> AttentionCall:
+    """The call record of checked inputs: default and broadcast positions, key/value heads repeated to
+    the query heads, whether autograd needs the call. Its schedule is filled in by :func:`run_backend`."""
+    B, H, Nq, D = q.shape
+    if (H, D) != (parts.n_heads, parts.head_dim):
+        raise ValueError(f"q must have {parts.n_heads} heads of head_dim {parts.head_dim} (the layer's), got {H}, {D}")
+    Nk = k.shape[2]
+    if q_pos is None and Nq > Nk:
+        raise ValueError(f"q has more tokens ({Nq}) than k ({Nk}): pass q_pos (default: the last Nq key positions)")
+    q_pos = as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
+    k_pos = as_positions(k_pos, B, Nk, k.device)
+    k, v = expand_kv(k, H), expand_kv(v, H)  # [B,Hk,Nk,D] -> [B,H,Nk,D]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return AttentionCall(parts, q, k, v, q_pos, k_pos, key_mask, needs_grad)
+
+
+def run_backend(backend: Backend, call: AttentionCall, scale: float | None = None) -> torch.Tensor:
+    """Run ``backend`` with the call's frequencies and query scale, per dynamic-schedule group (no choice,
+    no fallback: the caller has checked ``backend.why_not(call)``)."""
+    parts, q_pos = call.parts, call.q_pos
+    ells = parts.schedule_lengths(q_pos, call.k_pos)
+    if ells is None:
+        freqs = parts.frequencies(None) if parts.rope is not None else None
+        attn_scale = freqs.attention_scale if freqs is not None else 1.0
+        return backend.run(call.scheduled(freqs, query_scale(parts, q_pos, attn_scale, call.q.dtype, scale)))
+
+    # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
+    out = None
+    for ell in torch.unique(ells).tolist():
+        freqs = parts.frequencies(int(ell))
+        group = call.scheduled(freqs, query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale))
+        sel = ells == ell  # [B,Nq]
+        if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
+            idx = sel[0].nonzero().flatten()
+            o = backend.run(group.select_queries(idx))
+            if out is None:
+                out = torch.zeros(call.B, call.H, call.Nq, call.v.shape[-1], dtype=o.dtype, device=o.device)
+            out = out.index_copy(2, idx, o)
+        else:
+            o = backend.run(group)
+            out = o if out is None else torch.where(sel[:, None, :, None], o, out)
+    return out
+
+
+def check_inputs(q, k, v, impl, scale, key_mask) -> float | None:
+    """Refuse what the engine cannot compute, with the argument and the allowed values in the message;
+    return ``scale`` as a float (or None)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, heads, tokens, head_dim], got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise TypeError(f"{name} must have q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, {t.device}")
+        if min(t.shape) == 0:
+            raise ValueError(f"{name} must have batch, heads, tokens and head_dim >= 1, got shape {tuple(t.shape)}")
+    B, H, _, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"k and v must have q's batch size {B}, got k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1] or H % k.shape[1]:
+        raise ValueError(f"k and v must have the same number of heads, dividing q's {H} heads (GQA); "
+                         f"got k {k.shape[1]}, v {v.shape[1]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same number of tokens, got k {k.shape[2]}, v {v.shape[2]}")
+    if k.shape[3] != D:
+        raise ValueError(f"k must have q's head_dim {D}, got {k.shape[3]}")
+    if key_mask is not None:
+        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+            raise TypeError(f"key_mask must be a bool tensor (True = real token), got "
+                            f"{getattr(key_mask, 'dtype', type(key_mask).__name__)}")
+        if tuple(key_mask.shape) != (B, k.shape[2]):
+            raise ValueError(f"key_mask must have shape [batch, keys] = {(B, k.shape[2])}, got {tuple(key_mask.shape)}")
+    return None if scale is None else check_finite("scale", scale, minimum=0.0, strict_min=True)

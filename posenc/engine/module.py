@@ -1,0 +1,82 @@
+"""The module API: :class:`PositionalAttention`, multi-head attention that owns a scheme's learned parts."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from posenc._util import as_positions, check_positive_int
+from posenc.engine.dispatch import run_attention
+from posenc.engine.parts import AttentionParts
+from posenc.scheme.core import PositionScheme
+
+
+class PositionalAttention(nn.Module):
+    """Multi-head attention (q/k/v/o projections) that executes any :class:`PositionScheme`,
+    including its learned parts (T5 table, KERPLE r1/r2, Shaw/XL/DeBERTa tables, Infini gate).
+
+    ``forward(x [B,N,dim], positions=None, impl="auto", cache=None, layer=None, memory=None)``.
+    """
+
+    def __init__(self, dim: int, n_heads: int, scheme: PositionScheme, n_kv_heads: int | None = None,
+                 bias: bool = False):
+        super().__init__()
+        dim, n_heads = check_positive_int("dim", dim), check_positive_int("n_heads", n_heads)
+        if dim % n_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        n_kv_heads = n_heads if n_kv_heads is None else check_positive_int("n_kv_heads", n_kv_heads)
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads ({n_kv_heads}) must divide n_heads ({n_heads})")
+        self.dim, self.n_heads = dim, n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = dim // n_heads
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.k_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(dim, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(dim, dim, bias=bias)
+        self.parts = AttentionParts(scheme, n_heads, self.head_dim)
+        self.memory = None
+        if scheme.memory is not None:
+            from posenc.parts.memory import MEMORIES
+
+            if scheme.memory.kind not in MEMORIES:
+                raise ValueError(f"unknown memory {scheme.memory.kind!r}; known: {sorted(MEMORIES)}")
+            memory_cls = MEMORIES[scheme.memory.kind]  # None: the memory lives in the model (XL recurrence)
+            if memory_cls is not None:
+                self.memory = memory_cls(n_heads, self.head_dim, **scheme.memory.params)
+
+    @property
+    def scheme(self) -> PositionScheme:
+        return self.parts.scheme
+
+    def project(self, x):
+        B, N, _ = x.shape
+        q = self.q_proj(x).view(B, N, self.n_heads, self.head_dim).transpose(1, 2)  # [B,H,N,D]
+        k = self.k_proj(x).view(B, N, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B,Hk,N,D]
+        v = self.v_proj(x).view(B, N, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def forward(self, x, positions=None, impl: str = "auto", cache=None, layer: int | None = None,
+                context=None, key_mask=None):
+        """``context``: optional ``(k_ctx, v_ctx, pos_ctx)`` extra keys placed before x's keys
+        (Transformer-XL's gradient-stopped memory); ``cache``/``layer``: a posenc KV cache whose
+        ``update`` returns all keys, values, positions and validity; ``key_mask [B,N]``: False for
+        padding tokens of x."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be a [batch, tokens, {self.dim}] tensor, got {getattr(x, 'shape', type(x))}")
+        B, N, _ = x.shape
+        positions = as_positions(positions, B, N, x.device)
+        q, k, v = self.project(x)
+        if self.memory is not None:
+            out = self.memory(q, k, v, positions, lambda *a, **kw: run_attention(self.parts, *a, impl=impl, **kw))
+        else:
+            k_pos = positions
+            if context is not None:
+                kc, vc, pc = context
+                k, v = torch.cat([kc, k], dim=2), torch.cat([vc, v], dim=2)  # [B,Hk,Nctx+N,D]
+                k_pos = torch.cat([pc, positions], dim=1)
+            if cache is not None:
+                k, v, k_pos, key_mask = cache.update(layer, k, v, positions, key_mask, self.parts)
+            out = run_attention(self.parts, q, k, v, positions, k_pos, impl=impl, key_mask=key_mask)
+        out = out.transpose(1, 2).reshape(B, N, self.dim)  # [B,H,N,D] -> [B,N,H*D]
+        return self.o_proj(out)

@@ -1,0 +1,111 @@
+"""The scheme's runtime parts for one attention layer (:class:`AttentionParts`), built once per layer."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+
+from posenc.parts.masks import MaskSpec
+from posenc.parts.remap import Branch, Remap
+from posenc.scheme.core import PositionScheme
+
+
+class AttentionParts(nn.Module):
+    """The scheme's parts for one attention layer, built once: learned tables live here."""
+
+    def __init__(self, scheme: PositionScheme, n_heads: int, head_dim: int):
+        super().__init__()
+        self.scheme = scheme
+        self.n_heads = n_heads
+        self.head_dim = head_dim
+        self.bias = None
+        if scheme.bias is not None:
+            from posenc.parts.biases import BIASES
+
+            if scheme.bias.kind not in BIASES:
+                raise ValueError(f"unknown bias {scheme.bias.kind!r}; known: {sorted(BIASES)}")
+            self.bias = BIASES[scheme.bias.kind](num_heads=n_heads, **scheme.bias.params)
+        self.relative = None
+        if scheme.relative is not None:
+            from posenc.parts.relative import RELATIVE
+
+            if scheme.relative.kind not in RELATIVE:
+                raise ValueError(f"unknown relative part {scheme.relative.kind!r}; known: {sorted(RELATIVE)}")
+            self.relative = RELATIVE[scheme.relative.kind](n_heads=n_heads, head_dim=head_dim,
+                                                           **scheme.relative.params)
+        self.remap: Remap = scheme.build_remap()
+        self.branches: list[Branch] = self.remap.branches()
+        self.mask: MaskSpec = scheme.mask
+        self.rope = scheme.rope
+        self.rotary_dim = None
+        if self.rope is not None:
+            rd = int(head_dim * self.rope.partial_rotary_factor)
+            if rd % 2 or rd <= 0:
+                raise ValueError(f"RoPE needs an even rotary dim; head_dim {head_dim} x partial_rotary_factor "
+                                 f"{self.rope.partial_rotary_factor} = {rd}")
+            self.rotary_dim = rd
+        self._freq_cache: dict = {}
+
+    # ------------------------------------------------------------------ frequencies
+    def frequencies(self, length: int | None):
+        """RopeFrequencies for a schedule length (None: static schedule)."""
+        key = length
+        if key not in self._freq_cache:
+            from posenc.parts.frequencies import rope_frequencies
+
+            self._freq_cache[key] = rope_frequencies(self.head_dim, base=self.rope.base,
+                                                     scaling=self.rope.scaling, seq_len=length,
+                                                     partial_rotary_factor=self.rope.partial_rotary_factor)
+        return self._freq_cache[key]
+
+    def schedule_lengths(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """Per query, the length its dynamic schedule sees ([B,Nq] long), or None if static."""
+        if self.rope is None or not self.scheme.is_dynamic:
+            return None
+        scaling = self.rope.scaling
+        floor = int(scaling.get("original_max_position_embeddings") or self.scheme.train_len or 1)
+        if self.rope.dynamic == "sequence":
+            n = int(torch.maximum(q_pos.max(), k_pos.max())) + 1
+            ell = torch.full_like(q_pos, n)
+        else:
+            step = self.rope.dynamic_step
+            ell = torch.div(q_pos + step, step, rounding_mode="floor") * step  # ceil((qp+1)/step)*step
+        return ell.clamp(min=floor)
+
+    # ------------------------------------------------------------------ elementwise helpers
+    def allowed(self, qp, kp):
+        """The scheme's mask conjoined with the remap's own restriction (PCW), elementwise."""
+        ok = self.mask.allowed(qp, kp)
+        extra = self.remap.allowed(qp, kp)
+        return ok if extra is None else ok & extra
+
+    def bias_query_pos(self, qp, kp):
+        """Positions the bias sees: the remapped relative distance re-expressed as a query position."""
+        if not self.remap.remaps_distance:
+            return qp
+        return kp + torch.floor(self.remap.relative(qp, kp)).long()
+
+    @property
+    def single_branch(self) -> bool:
+        return len(self.branches) == 1
+
+
+@lru_cache(maxsize=64)
+def parts_for(scheme_json: str, n_heads: int, head_dim: int) -> AttentionParts:
+    """Parts of a parameter-free scheme, shared by every functional call with that scheme and shape."""
+    parts = AttentionParts(PositionScheme.from_json(scheme_json), n_heads, head_dim)
+    if any(p.requires_grad for p in parts.parameters()):
+        raise ValueError("this scheme has learned parameters (bias/relative tables); use "
+                         "posenc.PositionalAttention, which owns them, instead of posenc.attention")
+    return parts
+
+
+def expand_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``[B,Hk,Nk,D]`` key/value heads repeated to the ``n_heads`` query heads (GQA)."""
+    if x.shape[1] == n_heads:
+        return x
+    if n_heads % x.shape[1]:
+        raise ValueError(f"query heads ({n_heads}) must be a multiple of key/value heads ({x.shape[1]})")
+    return x.repeat_interleave(n_heads // x.shape[1], dim=1)  # [B,H,Nk,D]

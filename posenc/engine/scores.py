@@ -1,0 +1,119 @@
+"""Pieces every backend shares: rotating a branch, the query scale, the materialised score tile and
+the masked softmax that finishes it.
+
+The score for a pair, with branch b selected by its region:
+    s = scale * attn_scale^2 * logn(qp) * <R(q_rot_b(qp)) q, R(k_rot_b(kp)) k> + bias(h, qp', kp)
+        + relative_terms,   masked where not allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from posenc.engine.call import AttentionCall
+from posenc.engine.parts import AttentionParts
+from posenc.parts.remap import Branch, logn_scale
+
+
+@dataclass
+class Rotated:
+    q: torch.Tensor  # [B,H,Nq,D] rotated and scaled queries
+    k: torch.Tensor  # [B,H,Nk,D] rotated keys
+
+
+def rotate_branch(call: AttentionCall, branch: Branch) -> Rotated:
+    """q and k rotated at the branch's positions, the softmax/YaRN/log-n scale folded into q. A side whose
+    positions are all 0 (ReRoPE's far keys) is left as it is; with the whole head rotated, q's scale
+    multiplies its cos/sin ([B,1,Nq,R/2]) instead of taking another pass over q."""
+    from posenc.parts.rotary import _cached_cos_sin, apply_rope, apply_rope_cos_sin, xpos_scale
+
+    parts, q, k, q_scale = call.parts, call.q, call.k, call.q_scale
+    if parts.rope is None:
+        return Rotated(q * q_scale, k)
+    inv = call.freqs.inv_freq.to(q.device).double() * branch.freq_scale
+    qpr, kpr = branch.q_rot(call.q_pos), branch.k_rot(call.k_pos)
+    layout, rd, xpos = parts.rope.layout, parts.rotary_dim, parts.rope.xpos
+    if not xpos and rd == q.shape[-1] and q.dtype == torch.float32:
+        cos, sin = _cached_cos_sin(qpr, inv)  # [B,1,Nq,R/2]
+        qs = q_scale.to(torch.float32)  # [B,1,Nq,1]
+        qr = apply_rope_cos_sin(q, cos * qs, sin * qs, layout, rd)
+    else:
+        qr = apply_rope(q, qpr, inv, layout=layout, rotary_dim=rd)
+        if xpos:
+            qr = qr * xpos_scale(qpr, q.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(q.dtype)
+        qr = qr * q_scale
+    if not bool(kpr.any()):  # every key at position 0: the identity rotation (and xPos scale 1)
+        return Rotated(qr, k)
+    kr = apply_rope(k, kpr, inv, layout=layout, rotary_dim=rd)
+    if xpos:
+        kr = kr / xpos_scale(kpr, k.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(k.dtype)
+    return Rotated(qr, kr)
+
+
+def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None) -> torch.Tensor:
+    """[B,1,Nq,1] multiplier folded into q: softmax scale x YaRN factor^2 x log-n."""
+    d = parts.head_dim
+    base = (1.0 / math.sqrt(d)) if scale is None else scale
+    if parts.relative is not None:
+        base = base * parts.relative.score_scale
+    s = torch.full(q_pos.shape, base * attn_scale * attn_scale, dtype=torch.float64, device=q_pos.device)
+    if parts.scheme.logn:
+        s = s * logn_scale(q_pos, parts.scheme.train_len)
+    return s[:, None, :, None].to(dtype)  # [B,Nq] -> [B,1,Nq,1]
+
+
+def softcap(parts: AttentionParts, scores):
+    """Gemma 2's attention-logit soft-capping c * tanh(s / c) of the scaled q.k (before biases)."""
+    cap = parts.scheme.softcap
+    return scores if cap is None else torch.tanh(scores / cap) * cap
+
+
+def head_index(parts: AttentionParts, device) -> torch.Tensor:
+    return torch.arange(parts.n_heads, device=device)[None, :, None, None]  # [1,H,1,1]
+
+
+def scores_tile(call: AttentionCall) -> torch.Tensor:
+    """Logits [B,H,Nq,Nk] (pre-mask) of the call's queries against its keys, all branches: each pair
+    takes the branch whose region holds it."""
+    parts, q, k = call.parts, call.q, call.k
+    qp = call.q_pos[:, None, :, None]  # [B,1,Nq,1]
+    kp = call.k_pos[:, None, None, :]  # [B,1,1,Nk]
+    scores = None
+    for br in parts.branches:
+        region = None if br.region is None else br.region(qp, kp)
+        if region is not None and not bool(region.any()):
+            continue
+        rot = rotate_branch(call, br)
+        s = rot.q @ rot.k.transpose(-1, -2)  # [B,H,nq,nk]
+        if scores is None:
+            scores = s if region is None else torch.where(region, s, torch.zeros_like(s))
+        else:
+            scores = torch.where(region, s, scores) if region is not None else s
+    if scores is None:  # no pair in any region (cannot happen for a partition); keep shapes
+        scores = q.new_zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    scores = softcap(parts, scores)
+    if parts.bias is not None:
+        scores = scores + parts.bias.score(head_index(parts, q.device), parts.bias_query_pos(qp, kp),
+                                           kp).to(scores.dtype)
+    return scores
+
+
+def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scale):
+    """Content-relative terms, mask, softmax (in fp32), values: ``softmax(s + rel, masked) @ v + rel_v``.
+    A row with no visible key gives 0 (the softmax's NaN row is zeroed)."""
+    if parts.relative is not None:
+        scores = scores + parts.relative.scores(q, k, q_pos, k_pos, q_scale)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1)
+    if not bool(allowed.any(dim=-1).all()):
+        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key -> 0 output
+    probs = probs.to(v.dtype)
+    out = probs @ v
+    if parts.relative is not None:
+        extra = parts.relative.values(probs, q_pos, k_pos)
+        if extra is not None:
+            out = out + extra
+    return out
