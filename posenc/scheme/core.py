@@ -24,6 +24,8 @@ Two kinds of presets:
   keeps the model's base, layout and train length and changes only what the method changes.
   ``PositionScheme.preset("yarn", factor=4, train_len=512)`` is the same applied to a default RoPE
   scheme. Methods compose with ``+``: ``scheme.extend("rerope+logn")``, ``"ntk_mixed+logn"``.
+  Each method is a record of :data:`posenc.scheme.methods.METHODS` (what it sets, its parameters,
+  paper, evaluation defaults, Hugging Face type); :func:`posenc.scheme.methods.parse_methods` reads ``"a+b"``.
 """
 
 from __future__ import annotations
