@@ -183,7 +183,7 @@ def _compose(base: PositionScheme, methods: list[tuple[str, dict]]) -> PositionS
     one ``extend`` per method (so neither the old nor the new routing of shared names matters)."""
     if not methods:
         return base
-    accepted = [set(METHODS[m][2]) for m, _ in methods]
+    accepted = [set(METHODS[m].param_names) for m, _ in methods]
     given = [k for _, p in methods for k in p]
     shared = any(sum(k in a for a in accepted) > 1 for k in given)
     if not shared:

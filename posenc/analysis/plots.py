@@ -60,23 +60,17 @@ def plot_decay(path, head_dim: int = 128, base: float = 10000.0, max_distance: i
 
 def _schedules(head_dim: int, base: float, train_len: int, factor: float):
     """(label, RopeFrequencies) for default, linear/PI, NTK-aware and YaRN at ``L_test = factor * L``."""
-    from posenc.parts.frequencies import ROPE_SCALINGS, rope_frequencies  # lazy: owned by another module
+    from posenc.parts.frequencies import rope_frequencies  # lazy: owned by another module
+    from posenc.scheme.methods import METHODS
 
-    test_len = int(round(factor * train_len))
-    out = [("default", rope_frequencies(head_dim, base))]
-    out.append((f"linear / PI (s={factor:g})",
-                rope_frequencies(head_dim, base, {"rope_type": "linear", "factor": factor})))
-    if "ntk" in ROPE_SCALINGS:  # static NTK-aware base change
-        ntk = rope_frequencies(head_dim, base, {"rope_type": "ntk", "factor": factor})
-    else:  # dynamic NTK at L_test is the NTK-aware schedule for that length
-        ntk = rope_frequencies(head_dim, base, {"rope_type": "dynamic", "factor": factor,
-                                                "original_max_position_embeddings": train_len},
-                               seq_len=test_len)
-    out.append((f"NTK-aware (s={factor:g})", ntk))
-    out.append((f"YaRN (s={factor:g})",
-                rope_frequencies(head_dim, base, {"rope_type": "yarn", "factor": factor,
-                                                  "original_max_position_embeddings": train_len})))
-    return out
+    def scaled(method: str, **extra) -> dict:
+        return {"rope_type": METHODS[method].scaling_type, "factor": factor, **extra}
+
+    return [("default", rope_frequencies(head_dim, base)),
+            (f"linear / PI (s={factor:g})", rope_frequencies(head_dim, base, scaled("pi"))),
+            (f"NTK-aware (s={factor:g})", rope_frequencies(head_dim, base, scaled("ntk"))),
+            (f"YaRN (s={factor:g})",
+             rope_frequencies(head_dim, base, scaled("yarn", original_max_position_embeddings=train_len)))]
 
 
 def plot_frequencies(path, head_dim: int = 128, base: float = 10000.0, train_len: int = 4096,

@@ -17,13 +17,32 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _listing() -> list[str]:
+    """Trained-in presets, then every method of the registry with its kind, paper and parameters."""
+    from posenc.scheme.core import TRAINED
+    from posenc.scheme.methods import HF_ONLY, METHODS
+
+    out = ["trained-in presets (posenc schemes NAME [--train-len L]):"]
+    out += [f"  {name:18s} {desc}" for name, (_, desc) in TRAINED.items()]
+    out += ["", "inference-time methods (posenc schemes NAME --train-len L; combine with '+', e.g. rerope+logn):"]
+    for name, m in METHODS.items():
+        dynamic = ", dynamic" if m.dynamic else ""
+        hf = f", transformers rope_type {m.hf_rope_type!r}" if m.hf_rope_type else ""
+        out.append(f"  {name:18s} {m.kind}{dynamic}: {m.description} [{m.paper}{hf}]")
+        if m.base_preset != "rope":
+            out.append(f"  {'':18s}   applies to a {m.base_preset!r} model")
+        if m.params:
+            out.append(f"  {'':18s}   " + "; ".join(p.describe() for p in m.params))
+    out += ["", "transformers only (posenc.hf.extend; 'linear' is pi):"]
+    out += [f"  {name:18s} {m.description} [{m.paper}]" for name, m in HF_ONLY.items()]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    from posenc.scheme.core import METHODS, PositionScheme
+    from posenc.scheme.core import PositionScheme
 
     if args.name is None:
-        for name, desc in PositionScheme.presets().items():
-            kind = "method " if name in METHODS else "trained"
-            print(f"{name:18s} {kind}  {desc}")
+        print("\n".join(_listing()))
         return 0
     params = parse_params(args.param)
     if args.train_len is not None:

@@ -15,19 +15,15 @@ import numpy as np
 import torch
 
 from posenc.lab.records import EvalRecord
-from posenc.scheme.core import METHODS
+from posenc.scheme.methods import parse_methods
 
 
 def _params_for(method: str, params: dict) -> dict:
     """The subset of ``params`` the parts of ``method`` accept (HF-native names take all)."""
-    from posenc.hf.patch import HF_NATIVE
-
-    names = [m.strip() for m in method.split("+") if m.strip()]
-    if names in (["none"], ["default"]):
-        return {}
-    if len(names) == 1 and names[0] in HF_NATIVE:
+    methods = parse_methods(method, hf=True)
+    if len(methods) == 1 and methods[0].hf_native:
         return dict(params)
-    accepted = {k for n in names if n in METHODS for k in METHODS[n][2]}
+    accepted = {k for m in methods for k in m.param_names}
     return {k: v for k, v in params.items() if k in accepted}
 
 

@@ -22,7 +22,7 @@ combinations, and the methods above with ``native=False``). What is replaced in 
    stale-base dynamic NTK (cached keys keep the base they were rotated with; here they never are).
 2. an attention function ``"posenc"`` is registered with ``transformers.AttentionInterface`` and
    selected with ``model.set_attn_implementation("posenc")``; it calls
-   :func:`posenc.engine.attention.run_attention` with an ``AttentionParts`` built once per layer.
+   :func:`posenc.engine.run_attention` with an ``AttentionParts`` built once per layer.
 3. a mask function ``"posenc"`` is registered with ``transformers.AttentionMaskInterface``: instead of
    a 4-D float mask it hands the attention function the *original position of every key*
    (``[B, Nk]`` long, ``-1`` for padding), counted over the real tokens of the 2-D attention mask
@@ -48,12 +48,12 @@ from pathlib import Path
 
 import torch
 
-from posenc.scheme.core import METHODS, PositionScheme, RopeSpec
+from posenc.scheme.core import PositionScheme, RopeSpec
+from posenc.scheme.methods import Method, hf_methods, parse_methods, split_spec
 
-# posenc method name -> transformers rope_type, for methods transformers implements itself
-HF_NATIVE = {"pi": "linear", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
-             "longrope": "longrope"}
-_NATIVE_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}}
+# method name -> transformers rope_type, for the methods extend() hands to transformers' own code
+# (derived from the registry, posenc.scheme.methods: records with hf_native)
+HF_NATIVE = {name: m.hf_rope_type for name, m in hf_methods().items() if m.hf_native}
 ATTN_NAME = "posenc"
 
 
@@ -114,7 +114,7 @@ def _key_positions_mask(batch_size, q_length=None, kv_length=None, q_offset=0, k
 
 def posenc_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
     """Attention function "posenc": un-rotated ``query [B,H,Nq,D]``, ``key/value [B,Hk,Nk,D]`` (GQA ok)
-    -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.engine.attention.run_attention` under the scheme that
+    -> ``(out [B,Nq,H,D], None)`` via :func:`posenc.engine.run_attention` under the scheme that
     :func:`extend` stored on the module."""
     from posenc.engine import AttentionParts, run_attention
 
@@ -253,16 +253,18 @@ def check_rope_parameters(config, rope_parameters: dict) -> None:
                              "finite and > 0 (check mscale, mscale_all_dim, attention_factor)")
 
 
-def _extend_native(model, rope_type: str, params: dict):
+def _extend_native(model, method: Method, params: dict):
     """transformers' own method: validate the new ``rope_parameters``, then (only then) write them into
     the model's own config and rebuild every rotary embedding module from it."""
+    rope_type = method.hf_rope_type
     rp = _rope_parameters(model.config)
     if rp.get("rope_type", "default") != "default":
         raise ValueError(f"model already uses rope_type {rp['rope_type']!r}; frequency schedules do not stack")
-    new = {**rp, **_NATIVE_DEFAULTS.get(rope_type, {}), **params, "rope_type": rope_type}
-    if rope_type in ("yarn", "llama3", "longrope"):
+    new = {**rp, **method.filled_defaults(), **params, "rope_type": rope_type}
+    if method.hf_original_len:
         new.setdefault("original_max_position_embeddings", train_len_of(model.config))
-    if rope_type in ("linear", "dynamic", "yarn", "llama3") and "factor" not in new:
+    factor = method.param("factor")
+    if factor is not None and factor.required and "factor" not in new:
         raise ValueError(f"method {rope_type!r} needs factor (target length / trained length)")
     check_rope_parameters(model.config, new)
     config = _own_config(model)
@@ -310,9 +312,9 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     """Apply ``method`` (``"none"``, any ``posenc.scheme.METHODS`` name or ``"a+b"``, ``"linear"``,
     ``"dynamic"``, ``"longrope"``) with ``params`` to a HF causal LM in place; returns the model.
 
-    Methods transformers implements (:data:`HF_NATIVE`) use transformers' own code unless
+    Methods transformers implements (records with ``hf_native``, :data:`HF_NATIVE`) use transformers' own code unless
     ``native=False``; everything else runs posenc's engine (``impl`` as in
-    :func:`posenc.engine.attention.run_attention`). See the module docstring for what is replaced and why.
+    :func:`posenc.engine.run_attention`). See the module docstring for what is replaced and why.
     The method is recorded in ``config.posenc`` (posenc path) or ``config.rope_parameters`` (native).
 
     Everything is validated before anything changes (a refused call leaves model and config as they
@@ -322,27 +324,27 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     """
     if not isinstance(method, str):
         raise TypeError(f"method must be a string such as 'yarn' or 'rerope+logn', got {type(method).__name__}")
-    names = [m.strip() for m in method.split("+") if m.strip()]
-    if not names:
-        raise ValueError("method must be a non-empty name")
-    if all(n in ("none", "default") for n in names):
+    methods = parse_methods(method, hf=True)  # ValueError for an empty or unknown name
+    if all(m.is_identity for m in methods):
         if params:
             raise ValueError(f"method 'none' takes no parameters, got {sorted(params)}")
         return model
     _check_extendable(model)
-    if len(names) == 1 and names[0] in HF_NATIVE and native is not False:
-        _extend_native(model, HF_NATIVE[names[0]], params)
+    if len(methods) == 1 and methods[0].hf_native and native is not False:
+        _extend_native(model, methods[0], params)
         model._posenc_extended = {"method": method, "params": dict(params), "native": True}
         return model
-    names = ["pi" if n == "linear" else n for n in names]
-    bad = [n for n in names if n not in METHODS and n not in ("none", "default")]
+    bad = [m.name for m in methods if m.apply is None]
     if bad:
-        raise ValueError(f"unknown method(s) {bad}; known: {sorted(set(METHODS) | set(HF_NATIVE))}")
+        raise ValueError(f"unknown method(s) {bad} on posenc's path (transformers alone implements them: not "
+                         f"in a composition, not with native=False); known: {sorted(hf_methods())}")
     from posenc.engine import IMPLS
 
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-    scheme = scheme_from_config(model.config).extend("+".join(names), **params)  # validates everything
+    # the names as given, but transformers' alias "linear" as posenc's "pi"
+    names = "+".join(n if m.is_identity else m.name for n, m in zip(split_spec(method), methods))
+    scheme = scheme_from_config(model.config).extend(names, **params)  # validates everything
     attn = _attention_modules(model)
     if not attn:
         raise ValueError(f"{type(model).__name__}: found no attention layers with layer_idx")

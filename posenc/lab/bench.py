@@ -28,6 +28,7 @@ from pathlib import Path
 from posenc._util import check_device, check_positive_int
 from posenc.lab.records import EvalRecord
 from posenc.lab.report import markdown_tables, shape_checks, write_report
+from posenc.scheme.methods import NONE, is_identity
 
 __all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench"]
 
@@ -96,6 +97,10 @@ class BenchPreset:
     @property
     def passkey_lengths(self) -> list[int]:
         return [f * self.train_len for f in self.passkey_factors]
+
+    def methods_for(self, scheme: str) -> tuple[str, ...]:
+        """The inference-time methods evaluated on the model trained with ``scheme`` (besides ``"none"``)."""
+        return {"rope": self.rope_methods, "learned": self.learned_methods}.get(scheme, ())
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -182,8 +187,9 @@ def _evaluate(model, tokens, preset: BenchPreset, methods, log) -> list[dict]:
     records = []
     for n in preset.eval_lengths:
         t = time.perf_counter()
-        records += evaluate_model(model, tokens, [n], [m for m in methods if m != "none"], mode=preset.eval_mode,
-                                  max_windows=preset.max_windows, batch_size=preset.eval_batch_size,
+        records += evaluate_model(model, tokens, [n], [m for m in methods if not is_identity(m)],
+                                  mode=preset.eval_mode, max_windows=preset.max_windows,
+                                  batch_size=preset.eval_batch_size,
                                   passkey=False, progress=False)
         log(f"  eval_len {n}: {len(methods)} method(s) in {time.perf_counter() - t:.1f}s")
     return records
@@ -270,24 +276,8 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
         torch.set_num_threads(old_threads)
 
 
-def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir) -> dict:
-    from posenc.lab.checkpoint import load_model
-    from posenc.lab.data import prepare
-
-    runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log = _Log(progress)
-    timings: dict[str, float] = {}
-    machine = _machine(device)
-    log(f"preset {preset.name}: {preset.description}; corpus {preset.corpus}; L={preset.train_len}; "
-        f"eval {preset.eval_lengths}; {machine['cpu_count']} CPUs, torch {machine['torch']}")
-
-    t = time.perf_counter()
-    data = prepare(preset.corpus, preset.tokenizer)
-    timings["prepare"] = time.perf_counter() - t
-    log(f"data ready ({len(data.train)} train / {len(data.test)} test tokens, "
-        f"{'cached' if data.from_cache else 'built'})")
-
+def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool, log, timings) -> dict[str, Path]:
+    """Train (or reuse) every scheme of ``preset``: ``{scheme: run_dir}``."""
     run_dirs: dict[str, Path] = {}
     for scheme in preset.schemes:
         run_dir = runs_dir / scheme
@@ -300,7 +290,12 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         timings[f"train/{scheme}"] = time.perf_counter() - t
         run_dirs[scheme] = run_dir
         log(f"train {scheme}: done in {timings[f'train/{scheme}']:.1f}s")
+    return run_dirs
 
+
+def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path], device: str, progress: bool,
+                  log, timings) -> dict[str, Path]:
+    """Fine-tune (or reuse) every row of ``preset.finetunes`` whose base was trained: ``{name: run_dir}``."""
     ft_dirs: dict[str, Path] = {}
     for ft in preset.finetunes:
         if ft.base not in run_dirs:
@@ -318,23 +313,52 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
                    init=str(run_dirs[ft.base]), scheme_params=ft.params)
         timings[f"finetune/{ft.name}"] = time.perf_counter() - t
         ft_dirs[ft.name] = run_dir
+    return ft_dirs
+
+
+def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
+                  log, timings) -> list[EvalRecord]:
+    """Every model (trained schemes with their methods, fine-tunes as they are) at every length."""
+    from posenc.lab.checkpoint import load_model
 
     records: list[EvalRecord] = []
-    tokens = data.test
-    models = [(scheme, run_dir, ["none"] + list(preset.rope_methods if scheme == "rope" else ())
-               + list(preset.learned_methods if scheme == "learned" else ())) for scheme, run_dir in run_dirs.items()]
-    models += [(name, run_dir, ["none"]) for name, run_dir in ft_dirs.items()]
+    models = [(scheme, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, run_dir in run_dirs.items()]
+    models += [(name, run_dir, [NONE.name]) for name, run_dir in ft_dirs.items()]
     for name, run_dir, methods in models:
         t = time.perf_counter()
         log(f"eval {name}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
         model = load_model(run_dir, device=device)
-        recs = _evaluate(model, tokens, preset, methods, log)
+        recs = _evaluate(model, data.test, preset, methods, log)
         timings[f"eval/{name}"] = time.perf_counter() - t
         t = time.perf_counter()
         pk = _passkey(model, preset, methods, data.tokenizer) if preset.passkey_lengths else {}
         timings[f"passkey/{name}"] = time.perf_counter() - t
         records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk) for r in recs]
         log(f"eval {name}: done in {timings[f'eval/{name}']:.1f}s (+ passkey {timings[f'passkey/{name}']:.1f}s)")
+    return records
+
+
+def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir) -> dict:
+    from posenc.lab.data import prepare
+
+    runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = _Log(progress)
+    timings: dict[str, float] = {}
+    machine = _machine(device)
+    log(f"preset {preset.name}: {preset.description}; corpus {preset.corpus}; L={preset.train_len}; "
+        f"eval {preset.eval_lengths}; {machine['cpu_count']} CPUs, torch {machine['torch']}")
+
+    t = time.perf_counter()
+    data = prepare(preset.corpus, preset.tokenizer)
+    timings["prepare"] = time.perf_counter() - t
+    log(f"data ready ({len(data.train)} train / {len(data.test)} test tokens, "
+        f"{'cached' if data.from_cache else 'built'})")
+
+    run_dirs = _train_all(preset, runs_dir, device, progress, log, timings)
+    ft_dirs = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings)
+    records = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings)
+    tokens = data.test
 
     timings["total"] = log.elapsed()
     machine["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

@@ -1,8 +1,9 @@
 """Train short, test long: perplexity / accuracy / passkey of a trained model at several lengths, under
 its own scheme and under inference-time extension methods.
 
-:func:`length_defaults` picks per-length defaults for each method in :data:`posenc.scheme.METHODS`
-(the factor of PI / NTK / YaRN, windows of ReRoPE and the masks, SelfExtend's group ...), so that
+:func:`length_defaults` picks per-length defaults for each method (the records'
+:meth:`posenc.scheme.methods.Method.length_defaults`: the factor of PI / NTK / YaRN, windows of ReRoPE
+and the masks, SelfExtend's group ...), so that
 ``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
 :func:`evaluate_model` returns one :class:`posenc.lab.records.EvalRecord` row (as its ``to_dict()``) per
 (eval_len, method), with ``status`` ``"ok"`` or ``"not_applicable"``.
@@ -15,7 +16,6 @@ silently truncated. A learned absolute table beyond its length is evaluated with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -24,33 +24,15 @@ from posenc._util import check_device, check_positive_int
 from posenc.lab.metrics import evaluate_lm
 from posenc.lab.records import EvalRecord
 from posenc.models.tinylm import TinyLM
-from posenc.scheme.core import METHODS
+from posenc.scheme.methods import METHODS, NONE, is_identity, parse_methods
 
-_FACTOR_METHODS = ("pi", "ntk", "ntk_mixed", "yarn", "llama3")
 PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
-
-
-def _leaky_factor(window: int, train_len: int, eval_len: int) -> float:
-    """Smallest k >= 1 with ``w + (eval_len - 1 - w) / k <= train_len - 1`` (the largest relative distance
-    at ``eval_len`` maps inside the trained range) and ``w (k - 1)`` an integer."""
-    room = train_len - 1 - window
-    if eval_len - 1 - window <= room or room <= 0:
-        return 1.0 if room > 0 else float(max(1, eval_len))
-    k_min = (eval_len - 1 - window) / room
-    return 1.0 + math.ceil(window * (k_min - 1.0) - 1e-9) / window
-
-
-def _selfextend_group(window: int, train_len: int, eval_len: int) -> int:
-    """Smallest group G with the largest grouped position ``(eval_len-1)//G + w - w//G <= train_len - 1``."""
-    for g in range(1, max(2, eval_len + 1)):
-        if (eval_len - 1) // g + window - window // g <= train_len - 1:
-            return g
-    return max(1, eval_len)
 
 
 def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
                   base: float = 10000.0) -> dict:
-    """Per-length defaults for an inference-time method (``"a+b"`` merges, the first method's value wins
+    """Per-length defaults for an inference-time method, from its record in
+    :data:`posenc.scheme.METHODS` (``"a+b"`` merges, the first method's value wins
     on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
 
     - ``pi``/``ntk``/``ntk_mixed``/``yarn``/``llama3``: ``factor = max(1, eval_len / train_len)``;
@@ -65,56 +47,16 @@ def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int
       ``block = train_len // 2``; ``pcw``: windows of ``train_len``;
     - dynamic schedules, ``logn``, ``hierarchical``, ``none``: no parameters.
     """
-    names = [m.strip() for m in method.split("+") if m.strip()]
-    if len(names) > 1:
-        out: dict = {}
-        for m in names:
-            for k, v in length_defaults(m, train_len, eval_len, head_dim=head_dim, base=base).items():
-                out.setdefault(k, v)
-        return out
-    fn = LENGTH_DEFAULTS.get(method)
-    return {} if fn is None else fn(train_len, eval_len, head_dim, base)
-
-
-def _rope_base_default(L, n, head_dim, base):
-    if head_dim is None or head_dim <= 2:
-        raise ValueError("method 'rope_base' needs head_dim (> 2) to choose the new base")
-    return {"base": float(base) * max(1.0, n / L) ** (head_dim / (head_dim - 2))}
-
-
-def _leaky_default(L, n, head_dim, base):
-    w = max(1, L // 4)
-    return {"window": w, "factor": _leaky_factor(w, L, n)}
-
-
-def _selfextend_default(L, n, head_dim, base):
-    w = max(1, L // 2)
-    return {"window": w, "group": _selfextend_group(w, L, n)}
-
-
-def _streaming_default(L, n, head_dim, base):
-    sinks = min(4, L // 2)
-    return {"n_sinks": sinks, "window": L - sinks}
-
-
-# method -> fn(train_len, eval_len, head_dim, base) -> parameters; methods not listed take none
-LENGTH_DEFAULTS: dict = {
-    **{m: (lambda L, n, d, b: {"factor": max(1.0, n / L)}) for m in _FACTOR_METHODS},
-    "rerope": lambda L, n, d, b: {"window": max(1, L // 2)},
-    "leaky_rerope": _leaky_default,
-    "selfextend": _selfextend_default,
-    "rope_base": _rope_base_default,
-    "sliding_window": lambda L, n, d, b: {"window": L},
-    "lm_infinite": lambda L, n, d, b: {"window": L, "n_global": min(10, L // 2), "ceiling": L},
-    "streaming_llm": _streaming_default,
-    "bca": lambda L, n, d, b: {"block": max(1, L // 2)},
-    "pcw": lambda L, n, d, b: {"window": L, "n_windows": max(1, math.ceil(n / L))},
-}
+    out: dict = {}
+    for m in parse_methods(method):
+        for k, v in m.length_defaults(train_len, eval_len, head_dim, base).items():
+            out.setdefault(k, v)
+    return out
 
 
 def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
     """``model`` under ``method`` (``ValueError`` when the method does not apply)."""
-    if method == "none":
+    if is_identity(method):
         return model, {}
     rope = model.scheme.rope
     head_dim = model.cfg.dim // model.cfg.n_heads
@@ -149,11 +91,11 @@ def check_eval_args(lengths: Sequence[int], methods: Sequence[str] = (), mode: s
     if mode not in ("nonoverlap", "sliding"):
         raise ValueError(f"mode must be 'nonoverlap' or 'sliding', got {mode!r}")
     for method in methods:
-        names = [m.strip() for m in str(method).split("+")]
-        unknown = [m for m in names if m not in METHODS and m != "none"]
-        if not isinstance(method, str) or unknown:
+        try:
+            parse_methods(method)
+        except ValueError:
             raise ValueError(f"unknown method {method!r}; inference-time methods (combine with '+'): "
-                             f"{sorted(METHODS)}")
+                             f"{sorted(METHODS)}") from None
 
 
 def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows, batch_size, tokenizer,
@@ -163,8 +105,10 @@ def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows
     eval_len = rec.eval_len
     limit = m.scheme.max_positions
     if limit is not None and eval_len > limit:
-        hint = (" (requested as method 'hierarchical')" if "hierarchical" in methods
-                else "; add method 'hierarchical' to read it through Su's decomposition")
+        reader = next(r.name for r in METHODS.values() if r.kind == "embedding")  # Su's hierarchical table
+        requested = any(r.kind == "embedding" for spec in methods for r in parse_methods(spec))
+        hint = (f" (requested as method {reader!r})" if requested
+                else f"; add method {reader!r} to read it through Su's decomposition")
         raise ValueError(f"eval_len {eval_len} is beyond the learned position table of {limit} "
                          f"positions{hint}")
     m.eval()
@@ -198,7 +142,7 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
     check_eval_args(lengths, methods, mode, max_windows, batch_size)
     if passkey and tokenizer is None:
         raise ValueError("passkey=True needs the tokenizer the model was trained with")
-    methods = ["none"] + [m for m in methods if m != "none"]
+    methods = [NONE.name] + [m for m in methods if not is_identity(m)]
     was = model.training
     model.eval()
     records = []

@@ -28,11 +28,10 @@ from pathlib import Path
 
 from posenc._figures import new_figure, save_png
 from posenc.lab.records import REQUIRED_KEYS
+from posenc.scheme.methods import is_identity
 
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
            "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]
-
-_NO_METHOD = (None, "", "none", "default")
 
 # thresholds of the expected shapes (issue "The extrapolation lab")
 DEGRADE_MIN = 2.0   # sinusoidal and plain RoPE: PPL(8L) >= 2 x PPL(L)
@@ -44,12 +43,12 @@ TARGET_FACTOR = 8
 # ------------------------------------------------------------------------------------------ helpers
 def is_trained(rec: dict) -> bool:
     """True for the model as trained (no inference-time method)."""
-    return rec.get("method") in _NO_METHOD
+    return is_identity(rec.get("method"))
 
 
 def row_label(scheme: str, method) -> str:
     """``scheme`` for a trained model, ``scheme+method`` for a method applied to it."""
-    return scheme if method in _NO_METHOD else f"{scheme}+{method}"
+    return scheme if is_identity(method) else f"{scheme}+{method}"
 
 
 def _ok(rec: dict) -> bool:
@@ -62,7 +61,7 @@ def rows(records: Sequence[dict]) -> dict[tuple[str, str | None], dict[int, dict
     the same scheme as the bench writes them)."""
     out: dict[tuple[str, str | None], dict[int, dict]] = {}
     for r in records:
-        method = None if r.get("method") in _NO_METHOD else r["method"]
+        method = None if is_identity(r.get("method")) else r["method"]
         out.setdefault((r["scheme"], method), {})[int(r["eval_len"])] = r
     return out
 

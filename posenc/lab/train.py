@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from posenc._util import check_device
 from posenc.lab import checkpoint as ckpt
 from posenc.models.tinylm import LMConfig, TinyLM
-from posenc.scheme.core import METHODS, PositionScheme
+from posenc.scheme.core import PositionScheme
+from posenc.scheme.methods import parse_methods
 
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
@@ -131,11 +132,19 @@ def resolve_scheme(cfg: TrainConfig, init_scheme: PositionScheme | None = None) 
         return PositionScheme.from_dict(cfg.scheme)
     if not isinstance(cfg.scheme, str):
         raise ValueError(f"TrainConfig.scheme must be a preset name or a scheme dict, got {cfg.scheme!r}")
-    names = [m.strip() for m in cfg.scheme.split("+")]
-    if init_scheme is not None and all(m in METHODS for m in names):
+    if init_scheme is not None and _is_method(cfg.scheme):
         return init_scheme.extend(cfg.scheme, **params)
     params.setdefault("train_len", cfg.train_len)
     return PositionScheme.preset(cfg.scheme, **params)
+
+
+def _is_method(spec: str) -> bool:
+    """True when ``spec`` names only inference-time methods (``"a+b"``), not a trained-in preset."""
+    try:
+        parse_methods(spec, identity=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _dist_env() -> tuple[int, int, int]:

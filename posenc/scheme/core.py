@@ -24,38 +24,21 @@ Two kinds of presets:
   keeps the model's base, layout and train length and changes only what the method changes.
   ``PositionScheme.preset("yarn", factor=4, train_len=512)`` is the same applied to a default RoPE
   scheme. Methods compose with ``+``: ``scheme.extend("rerope+logn")``, ``"ntk_mixed+logn"``.
+  Each method is a record of :data:`posenc.scheme.methods.METHODS` (what it sets, its parameters,
+  paper, evaluation defaults, Hugging Face type); :func:`posenc.scheme.methods.parse_methods` reads ``"a+b"``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from posenc._util import check_finite, check_positive_int
 from posenc.parts.masks import MaskSpec
-
-
-def _check_params(where: str, params: dict) -> dict:
-    """Refuse NaN/inf anywhere in a config (HF silently propagates them)."""
-    for key, value in params.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}.{key} must be finite, got {value}")
-        if isinstance(value, dict):
-            _check_params(f"{where}.{key}", value)
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                if isinstance(v, float) and not math.isfinite(v):
-                    raise ValueError(f"{where}.{key} must contain only finite numbers")
-    return params
-
-
-def _check_keys(where: str, d: dict, known) -> None:
-    unknown = sorted(set(d) - set(known))
-    if unknown:
-        raise ValueError(f"{where} has unknown field(s) {unknown}; known: {sorted(known)}")
+from posenc.scheme.methods import METHODS, UnknownMethodError, parse_methods, split_spec
+from posenc.scheme.part import Part, _check_keys, _check_params
 
 
 def _check_bool(name: str, value) -> bool:
@@ -102,39 +85,6 @@ def _check_part(field_name: str, part: Part) -> None:
     if unknown:
         raise ValueError(f"{field_name} {part.kind!r} does not take parameter(s) {unknown}; "
                          f"it takes {sorted(accepted)}")
-
-
-@dataclass(frozen=True)
-class Part:
-    """A registry-backed part: ``kind`` names the class, ``params`` its constructor arguments."""
-
-    kind: str
-    params: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        if not isinstance(self.kind, str) or not self.kind:
-            raise ValueError(f"part kind must be a non-empty string, got {self.kind!r}")
-        _check_params(self.kind, dict(self.params))
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "params": dict(self.params)}
-
-    @classmethod
-    def from_dict(cls, d, where: str = "part") -> Part | None:
-        """``None``, a kind name, or ``{"kind": str, "params": dict}`` (``where`` names the field in errors)."""
-        if d is None:
-            return None
-        if isinstance(d, str):
-            return cls(d)
-        if not isinstance(d, dict):
-            raise ValueError(f"{where} must be a kind name, a {{'kind', 'params'}} dict or null, got {d!r}")
-        _check_keys(where, d, ("kind", "params"))
-        if "kind" not in d:
-            raise ValueError(f"{where} needs a 'kind' (a registered name), got keys {sorted(d)}")
-        params = d.get("params", {})
-        if not isinstance(params, dict):
-            raise ValueError(f"{where}.params must be a dict of parameters, got {params!r}")
-        return cls(d["kind"], dict(params))
 
 
 @dataclass(frozen=True)
@@ -295,7 +245,7 @@ class PositionScheme:
     def presets() -> dict[str, str]:
         """Preset name -> one-line description (trained-in schemes and inference-time methods)."""
         out = {k: v[1] for k, v in TRAINED.items()}
-        out.update({k: v[1] for k, v in METHODS.items()})
+        out.update({k: m.description for k, m in METHODS.items()})
         return out
 
     @classmethod
@@ -303,14 +253,15 @@ class PositionScheme:
         """Build a preset. Inference-time methods apply to a default RoPE scheme (``train_len``
         required); ``"a+b"`` composes methods in order (see :meth:`extend` for how parameters are
         shared). Unknown names and parameters raise ``ValueError`` here, not at the first forward."""
-        names = _method_names(name, "preset name")
+        split_spec(name, "preset name")
         if name in TRAINED:
             return _call_preset(name, TRAINED[name][0], params)
-        unknown = [m for m in names if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown preset {unknown[0]!r}; trained-in presets: {sorted(TRAINED)}; "
-                             f"inference-time methods (combine with '+'): {sorted(METHODS)}")
-        accepted = {a for m in names for a in METHODS[m][2]}
+        try:
+            methods = parse_methods(name, identity=False)
+        except UnknownMethodError as exc:
+            raise ValueError(f"unknown preset {exc.name!r}; trained-in presets: {sorted(TRAINED)}; "
+                             f"inference-time methods (combine with '+'): {sorted(METHODS)}") from None
+        accepted = {a for m in methods for a in m.param_names}
         base_keys = ("train_len", "layout") + (() if "base" in accepted else ("base",))
         base_kw = {k: params.pop(k) for k in base_keys if k in params}
         if "train_len" not in base_kw:
@@ -324,20 +275,16 @@ class PositionScheme:
         Each parameter goes to *every* method of the composition that accepts it:
         ``extend("sliding_window+streaming_llm", window=4)`` gives ``window=4`` to both. A parameter
         that no method of the composition accepts raises ``ValueError``."""
-        names = [m for m in _method_names(method, "method") if m not in ("none", "default")]
-        for m in names:
-            if m not in METHODS:
-                raise ValueError(f"unknown method {m!r}; inference-time methods: {sorted(METHODS)}")
+        methods = [m for m in parse_methods(method) if not m.is_identity]
         scheme = self
         used: set[str] = set()
-        for m in names:
-            fn, _, accepted = METHODS[m]
-            mine = {k: v for k, v in params.items() if k in accepted}
+        for m in methods:
+            mine = {k: v for k, v in params.items() if k in m.param_names}
             used.update(mine)
-            scheme = _call_preset(m, fn, mine, scheme)
+            scheme = m.build(scheme, **mine)
         unused = sorted(set(params) - used)
         if unused:
-            accepted = sorted({a for m in names for a in METHODS[m][2]})
+            accepted = sorted({a for m in methods for a in m.param_names})
             raise ValueError(f"parameters {unused} are not used by method {method!r}; it takes {accepted}")
         name = method if self.name in ("rope", "custom") else f"{self.name}:{method}"
         return replace(scheme, name=name)
@@ -346,16 +293,6 @@ class PositionScheme:
         parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
                  if getattr(self, f.name) not in (None, False) and f.name != "name"]
         return f"{self.name}(" + ", ".join(parts) + ")"
-
-
-def _method_names(name, what: str) -> list[str]:
-    """``"a+b"`` -> ``["a", "b"]``; refuse a non-string or empty name with a ``ValueError``."""
-    if not isinstance(name, str):
-        raise ValueError(f"{what} must be a preset name string (see PositionScheme.presets()), got {name!r}")
-    names = [m.strip() for m in name.split("+") if m.strip()]
-    if not names:
-        raise ValueError(f"{what} must be a non-empty preset name, got {name!r}")
-    return names
 
 
 def _call_preset(name: str, fn: Callable[..., PositionScheme], params: dict, *scheme) -> PositionScheme:
@@ -448,145 +385,4 @@ TRAINED: dict[str, tuple[Callable[..., PositionScheme], str]] = {
     "kerple_log": (_bias("kerple_log"), "Chi et al. 2022: -r1 log(1 + r2 |m-n|)"),
     "sandwich": (_bias("sandwich"), "Chi et al. 2023: sinusoidal inner product bias"),
     "infini": (_infini, "Munkhdalai et al. 2024: compressive memory + local attention"),
-}
-
-
-# ===================================================================== inference-time methods
-def _need_rope(scheme: PositionScheme, method: str) -> RopeSpec:
-    if scheme.rope is None:
-        raise ValueError(f"method {method!r} applies to a RoPE scheme; {scheme.name!r} has no rotary part")
-    return scheme.rope
-
-
-def _need_train_len(scheme: PositionScheme, method: str) -> int:
-    if scheme.train_len is None:
-        raise ValueError(f"method {method!r} needs the scheme's train_len (the length it was trained at)")
-    return scheme.train_len
-
-
-def _scaling_method(rope_type: str, needs_factor: bool = True, defaults: dict | None = None):
-    def apply(scheme: PositionScheme, factor=None, **params):
-        rope = _need_rope(scheme, rope_type)
-        train_len = _need_train_len(scheme, rope_type)
-        if rope.scaling is not None:
-            raise ValueError(f"{scheme.name!r} already has rope scaling {rope.scaling.get('rope_type')!r}; "
-                             f"frequency schedules do not stack")
-        if needs_factor and factor is None and "alpha" not in params:
-            raise ValueError(f"method {rope_type!r} needs factor (e.g. target length / train_len = "
-                             f"{'N'}/{train_len})")
-        scaling = {"rope_type": rope_type, "original_max_position_embeddings": train_len,
-                   **(defaults or {}), **params}
-        if factor is not None:
-            scaling["factor"] = check_finite(f"{rope_type}.factor", factor, minimum=1.0)
-        return replace(scheme, rope=replace(rope, scaling=scaling))
-
-    return apply
-
-
-def _base_change(scheme: PositionScheme, base=None):
-    rope = _need_rope(scheme, "rope_base")
-    if base is None:
-        raise ValueError("method 'rope_base' needs base=<new RoPE base> (larger or smaller than the trained one)")
-    return replace(scheme, rope=replace(rope, base=check_finite("base", base, minimum=0.0, strict_min=True)))
-
-
-def _remap_method(kind: str, defaults: Callable[[int], dict]):
-    def apply(scheme: PositionScheme, **params):
-        if scheme.rope is None and scheme.bias is None:
-            raise ValueError(f"method {kind!r} remaps relative positions; {scheme.name!r} has neither a "
-                             f"rotary nor a bias part")
-        if scheme.remap is not None:
-            raise ValueError(f"{scheme.name!r} already remaps positions ({scheme.remap.kind}); remaps do not stack")
-        train_len = _need_train_len(scheme, kind)
-        full = {**defaults(train_len), **params}
-        return replace(scheme, remap=Part(kind, full))
-
-    return apply
-
-
-def _logn(scheme: PositionScheme):
-    _need_train_len(scheme, "logn")
-    return replace(scheme, logn=True)
-
-
-def _positive_or_default(name: str, value, default: int) -> int:
-    """``None`` -> ``default``; else an integer >= 1 (0 is refused, never silently replaced)."""
-    return default if value is None else check_positive_int(name, value)
-
-
-def _mask_method(kind: str):
-    def apply(scheme: PositionScheme, window=None, n_sinks=None, block=None, n_global=None, ceiling=None):
-        L = _need_train_len(scheme, kind)
-        m = scheme.mask
-        if kind == "sliding_window":
-            m = replace(m, window=_positive_or_default(f"{kind}.window", window, L))
-            return replace(scheme, mask=m)
-        if kind == "bca":
-            return replace(scheme, mask=replace(m, block=_positive_or_default("bca.block", block, L // 2)))
-        if kind == "lm_infinite":
-            n_g = 10 if n_global is None else n_global
-            m = replace(m, window=_positive_or_default(f"{kind}.window", window, L), n_sinks=n_g)
-            s = replace(scheme, mask=m)
-            if scheme.rope is not None or scheme.bias is not None:
-                ceiling = _positive_or_default(f"{kind}.ceiling", ceiling, L)
-                s = _remap_method("ceiling", lambda L: {"ceiling": L})(s, ceiling=ceiling)
-            return s
-        if kind == "streaming_llm":
-            s_ = 4 if n_sinks is None else n_sinks
-            w = _positive_or_default(f"{kind}.window", window, L - s_)
-            m = replace(m, window=w, n_sinks=s_)
-            s = replace(scheme, mask=m)
-            if scheme.rope is not None or scheme.bias is not None:
-                s = _remap_method("streaming", lambda L: {})(s, n_sinks=s_, window=w)
-            return s
-        raise AssertionError(kind)
-
-    return apply
-
-
-def _hierarchical(scheme: PositionScheme, alpha=None):
-    if scheme.embedding.kind != "learned":
-        raise ValueError(f"method 'hierarchical' reads a learned absolute table; {scheme.name!r} has a "
-                         f"{scheme.embedding.kind!r} embedding")
-    params = dict(scheme.embedding.params)
-    if alpha is not None:
-        params["alpha"] = alpha
-    return replace(scheme, embedding=Part("hierarchical", params))
-
-
-# name -> (fn(scheme, **params), description, accepted parameter names)
-METHODS: dict[str, tuple[Callable[..., PositionScheme], str, tuple[str, ...]]] = {
-    "pi": (_scaling_method("linear"), "Chen et al. 2023: positions divided by factor", ("factor",)),
-    "ntk": (_scaling_method("ntk"), "NTK-aware: base * factor^(d/(d-2))", ("factor", "alpha")),
-    "ntk_mixed": (_scaling_method("ntk_mixed"), "Su: per-dimension exp(-a (i+1)^b) scaling",
-                  ("factor", "b")),
-    "dynamic_ntk": (_scaling_method("dynamic", defaults={"factor": 1.0}, needs_factor=False),
-                    "HF dynamic NTK: base grows with length", ("factor",)),
-    "dynamic_ntk_qwen": (_scaling_method("dynamic_qwen", needs_factor=False),
-                         "Qwen: alpha = 2^(ceil(log2(t/L))+1) - 1", ()),
-    "yarn": (_scaling_method("yarn"), "Peng et al. 2023: NTK-by-parts + attention temperature",
-             ("factor", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")),
-    "dynamic_yarn": (_scaling_method("dynamic_yarn", needs_factor=False),
-                     "YaRN with s = max(1, n / L)", ("beta_fast", "beta_slow")),
-    "llama3": (_scaling_method("llama3", defaults={"low_freq_factor": 1.0, "high_freq_factor": 4.0}),
-               "Meta Llama 3.1 frequency-band scaling", ("factor", "low_freq_factor", "high_freq_factor")),
-    "rope_base": (_base_change, "Liu et al. 2023 (scaling laws): change the base", ("base",)),
-    "rerope": (_remap_method("rerope", lambda L: {"window": L // 2}), "Su: relative position min(d, w)",
-               ("window",)),
-    "leaky_rerope": (_remap_method("leaky_rerope", lambda L: {"window": L // 4, "factor": 16.0}),
-                     "Su: w + (d - w)/k beyond the window", ("window", "factor")),
-    "selfextend": (_remap_method("selfextend", lambda L: {"group": 4, "window": L // 2}),
-                   "Jin et al. 2024: grouped positions beyond a neighbour window", ("group", "window")),
-    "logn": (_logn, "Su: q scaled by max(1, log_L n)", ()),
-    "sliding_window": (_mask_method("sliding_window"), "keys within the last `window` positions",
-                       ("window",)),
-    "lm_infinite": (_mask_method("lm_infinite"), "Han et al. 2023: Lambda mask + distance ceiling",
-                    ("window", "n_global", "ceiling")),
-    "streaming_llm": (_mask_method("streaming_llm"), "Xiao et al. 2023: attention sinks + recent window",
-                      ("window", "n_sinks")),
-    "bca": (_mask_method("bca"), "Sun et al. 2022: blockwise causal attention, block L/2", ("block",)),
-    "pcw": (_remap_method("pcw", lambda L: {"window": L, "n_windows": 2}),
-            "Ratner et al. 2023: parallel context windows", ("window", "n_windows")),
-    "hierarchical": (_hierarchical, "Su: read a learned table through its hierarchical decomposition (n^2)",
-                     ("alpha",)),
 }
