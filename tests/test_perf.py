@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -50,6 +51,18 @@ def test_a_build_killed_half_way_does_not_hang_later_processes():
                           env={**os.environ, "POSENC_NO_EXT": ""})
     assert done.returncode == 0, done.stderr[-2000:]
     assert not os.path.exists(os.path.join(build_dir, "lock"))
+
+def test_each_torch_install_builds_the_kernel_in_its_own_folder(monkeypatch):
+    """Two environments (two checkouts, two venvs) must not share a build folder: the build file names
+    torch's include paths, so sharing makes each environment rebuild the kernel every time the other ran."""
+    from posenc.parts.rotary import _extension_dir
+
+    monkeypatch.setattr(torch, "__file__", "/env_a/site-packages/torch/__init__.py")
+    a, a_again = _extension_dir(), _extension_dir()
+    monkeypatch.setattr(torch, "__file__", "/env_b/site-packages/torch/__init__.py")
+    assert a == a_again and _extension_dir() != a
+    assert os.path.basename(a).startswith("posenc_rope_v1-py")
+
 
 # ---------------------------------------------------------------------------------------------- kernel
 @needs_kernel

@@ -180,12 +180,18 @@ _KERNEL_MIN_NUMEL = 1 << 15  # below this the kernel's call overhead is not wort
 
 def _extension_dir() -> str:
     """Build folder of the fused kernel: torch's extension cache (``TORCH_EXTENSIONS_DIR`` or
-    ``~/.cache/torch_extensions``), one subfolder per Python and torch version."""
+    ``~/.cache/torch_extensions``), one subfolder per Python and torch version *and torch install*.
+
+    Why the install: the build command names torch's include folders by path, so two environments
+    sharing one folder (two checkouts with their own venvs) rewrite each other's build file and every
+    process of the other environment rebuilds the kernel (tens of seconds to minutes on a loaded CPU)."""
+    import hashlib
     import sys
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
                                                                  "torch_extensions")
-    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}".replace("+", "_")
+    install = hashlib.sha1(os.path.dirname(os.path.abspath(torch.__file__)).encode()).hexdigest()[:10]
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{install}".replace("+", "_")
     return os.path.join(root, f"posenc_rope_v1-{tag}")
 
 
