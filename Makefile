@@ -35,14 +35,14 @@ lint: $(STAMP)
 # serves blocks above its mmap threshold (128 KiB) with fresh zero pages it does not perturb; raising the
 # threshold to 32 MiB puts the engine's tensors on the perturbed heap. On the code before the flex fix the
 # infini flex test failed in 10 of 10 fresh processes this way (NaN fill + MALLOC_PERTURB_ without it: 2 of 4; no guard: 3 of 4).
-ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py
+ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py tests/test_engine_backends.py
 NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554432
 
 test: $(STAMP) lint
 	$(VPY) -m pytest -n 2 -q tests
 	$(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
 
-# Differential fuzzing, randomised (about 20 minutes on 2 cores): every engine path against the reference
+# Differential fuzzing, randomised (thousands of cases per test; README "Fuzzing" has the latest result): every engine path against the reference
 # and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
 fuzz: $(STAMP)
 	POSENC_HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -n 2 -q -p no:cacheprovider --hypothesis-show-statistics \

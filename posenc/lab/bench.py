@@ -83,7 +83,7 @@ class BenchPreset:
     warmup: int = 50
     val_batches: int = 4
     threads: int | None = 1  # torch intra-op threads; tiny models are op-overhead bound and a shared CPU
-    #                          thrashes with more (measured: 0.05 s/step at 1 thread vs 0.9-2.3 s at 2, load 9)
+    #                          thrashes with more (a busy CPU makes each extra thread wait on the others)
 
     def __post_init__(self):
         extra = sorted(set(self.passkey_factors) - set(self.eval_factors))
