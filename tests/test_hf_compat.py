@@ -24,13 +24,8 @@ NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 ENGINE_XFAIL = {
     "phi-3.5-mini-instruct": "LongRoPE without factor: scheme_from_config does not pass max_position_embeddings",
 }
-# refused by posenc with a reason (the engine cannot reproduce the model's attention)
-REFUSED = {"gpt-oss-20b": "learned attention sinks"}
 # check (c): the engine running plain RoPE differs from the model's own attention (or is refused)
-ROPE_XFAIL = {
-    **ENGINE_XFAIL,
-    "gpt-oss-20b": "GPT-OSS attention sinks (per-head learned logits): refused by posenc.hf.extend",
-}
+ROPE_XFAIL = {**ENGINE_XFAIL}
 
 
 def _case(name, xfails):
@@ -116,16 +111,10 @@ def test_fixture_native_yarn(name):
     _cached_equals_uncached(model)
 
 
-@pytest.mark.parametrize("name", [_case(n, ENGINE_XFAIL) for n in NAMES if n not in REFUSED])
+@pytest.mark.parametrize("name", [_case(n, ENGINE_XFAIL) for n in NAMES])
 def test_fixture_engine_rerope_cached_equals_uncached(name):
     model = extend(_model(name), "rerope", window=16)
     _cached_equals_uncached(model)
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_fixture_refused_by_posenc_with_the_reason(name):
-    with pytest.raises(ValueError, match=REFUSED[name]):
-        extend(_model(name), "rerope", window=16)
 
 
 @pytest.mark.parametrize("name", [_case(n, ROPE_XFAIL) for n in NAMES])

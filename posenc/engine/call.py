@@ -13,7 +13,8 @@ from posenc.engine.parts import AttentionParts
 class AttentionCall:
     """What every backend reads: the layer's parts, the un-rotated projections (keys and values already
     repeated to the query heads), the positions, the padding, whether autograd needs this call and, for a
-    forget-gate scheme (FoX), the cumulative log gates of queries and keys.
+    forget-gate scheme (FoX), the cumulative log gates of queries and keys, and learned attention sinks
+    (``sink_logits``: one logit per head, a virtual key of value 0 that every query sees; GPT-OSS's ``s_aux``).
 
     ``freqs`` (the RoPE frequencies of the call's schedule, None without RoPE) and ``q_scale`` (the
     ``[B,1,Nq,1]`` multiplier folded into q: softmax scale x YaRN factor^2 x log-n) are filled in per
@@ -35,6 +36,7 @@ class AttentionCall:
     k_axes: torch.Tensor | None = None  # [B or 1,Nk,A]
     q_gate: torch.Tensor | None = None  # [B,H,Nq] cumulative log forget gates of the queries (FoX), or None
     k_gate: torch.Tensor | None = None  # [B,H,Nk] the same of the keys (posenc.parts.gates.forget_bias)
+    sink_logits: torch.Tensor | None = None  # [H] learned sink logits in every softmax denominator (GPT-OSS), or None
 
     @property
     def B(self) -> int:

@@ -149,6 +149,12 @@ FALLBACKS: dict[str, tuple[Rule, ...]] = {
 }
 
 
+def _sinks_reason(backend: Backend, call: AttentionCall) -> str | None:
+    if call.sink_logits is None or backend.learned_sinks:
+        return None
+    return "learned attention sinks join the softmax denominator of a materialised score tile (reference, blockwise)"
+
+
 def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, list[tuple[str, str]]]:
     """The backend ``impl`` runs for ``call``, and ``(name, reason)`` for each rule passed over first."""
     rules = AUTO_ORDER if impl == "auto" else (Rule(impl), *FALLBACKS[impl])
@@ -159,7 +165,7 @@ def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, li
         if rule.prefer is not None:
             route = route or size_route(call)
             why = rule.prefer(call, route)
-        why = why or BY_NAME[rule.backend].why_not(call)
+        why = why or _sinks_reason(BY_NAME[rule.backend], call) or BY_NAME[rule.backend].why_not(call)
         if why is None:
             return BY_NAME[rule.backend], declined
         declined.append((rule.backend, why))
@@ -169,15 +175,19 @@ def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, li
 # ====================================================================== entry point
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
                   scale: float | None = None, key_mask: torch.Tensor | None = None,
-                  gates: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                  gates: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  sink_logits: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
     ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys. On every path: a query that
     sees no key (all its keys padding or masked) gets a 0 output row, and a query row holding NaN or inf
     gets a NaN output row (NaN in, NaN out). ``scale``: the softmax scale, finite and > 0 (default
     ``1/sqrt(D)``). ``gates``: ``(q_gate [B,H,Nq], k_gate [B,H,Nk])`` cumulative log forget gates of a
-    forget-gate scheme (FoX; :class:`~posenc.engine.PositionalAttention` computes them), required by one."""
+    forget-gate scheme (FoX; :class:`~posenc.engine.PositionalAttention` computes them), required by one.
+    ``sink_logits [H]``: learned attention sinks (GPT-OSS's ``s_aux``), one logit per query head added to every
+    softmax denominator (a virtual key of value 0 that no mask hides); run by ``reference`` and
+    ``blockwise`` (linear memory), the other backends pass such a call on."""
     scale = check_inputs(q, k, v, impl, scale, key_mask)
-    call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates)
+    call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates, sink_logits)
     backend, declined = choose_backend(call, impl)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,
@@ -189,7 +199,8 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     return out
 
 
-def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=None, gates=None) -> AttentionCall:
+def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=None, gates=None,
+              sink_logits=None) -> AttentionCall:
     """The call record of checked inputs: default and broadcast positions, key/value heads repeated to
     the query heads, whether autograd needs the call. Its schedule is filled in by :func:`run_backend`."""
     B, H, Nq, D = q.shape
@@ -210,9 +221,24 @@ def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=N
         k_axes = as_axis_positions(k_pos, n_axes, B, Nk, k.device) if k_axes is None else k_axes
     k, v = expand_kv(k, H), expand_kv(v, H)  # [B,Hk,Nk,D] -> [B,H,Nk,D]
     q_gate, k_gate = _check_gates(parts, gates, (B, H, Nq), (B, H, Nk))
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, q_gate, k_gate))
+    sink_logits = _check_sink_logits(sink_logits, H, q.device)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                 for t in (q, k, v, q_gate, k_gate, sink_logits))
     return AttentionCall(parts, q, k, v, q_pos, k_pos, key_mask, needs_grad, q_axes=q_axes, k_axes=k_axes,
-                         q_gate=q_gate, k_gate=k_gate)
+                         q_gate=q_gate, k_gate=k_gate, sink_logits=sink_logits)
+
+
+def _check_sink_logits(sink_logits, H: int, device) -> torch.Tensor | None:
+    """``sink_logits`` as a ``[H]`` float tensor on ``device`` (None stays None); ``TypeError`` /
+    ``ValueError`` otherwise."""
+    if sink_logits is None:
+        return None
+    if not isinstance(sink_logits, torch.Tensor) or not sink_logits.is_floating_point():
+        raise TypeError(f"sink_logits must be a floating-point tensor of one logit per head, got "
+                        f"{getattr(sink_logits, 'dtype', type(sink_logits).__name__)}")
+    if tuple(sink_logits.shape) != (H,):
+        raise ValueError(f"sink_logits must have shape [heads] = ({H},), got {tuple(sink_logits.shape)}")
+    return sink_logits.to(device)
 
 
 def _check_gates(parts: AttentionParts, gates, q_shape, k_shape):

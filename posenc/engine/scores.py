@@ -110,14 +110,22 @@ def scores_tile(call: AttentionCall) -> torch.Tensor:
     return scores if gate is None else scores + gate.to(scores.dtype)
 
 
-def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scale):
+def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scale, sink_logits=None):
     """Content-relative terms, mask, softmax (in fp32), values: ``softmax(s + rel, masked) @ v + rel_v``.
-    A row with no visible key gives 0 (the softmax's NaN row is zeroed)."""
+    A row with no visible key gives 0 (the softmax's NaN row is zeroed).
+
+    ``sink_logits [H]`` (learned attention sinks, GPT-OSS's ``s_aux``): one more logit per head in every
+    softmax denominator, a virtual key of value 0 that no mask hides,
+    ``p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink_h))``; a row with no visible key gives 0 here too."""
     if parts.relative is not None:
         scores = parts.relative.logits(scores, allowed, q, k, q_pos, k_pos, q_scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1)
-    if not bool(allowed.any(dim=-1).all()):
+    if sink_logits is not None:
+        sink = sink_logits.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [B,H,Nq,1]
+        probs = torch.softmax(torch.cat((scores.float(), sink), dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores.float(), dim=-1)
+    if sink_logits is None and not bool(allowed.any(dim=-1).all()):
         probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key -> 0 output
     probs = probs.to(v.dtype)
     out = probs @ v

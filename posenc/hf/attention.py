@@ -84,13 +84,13 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
 
     Per layer (set at ``extend``): ``_posenc_window`` (sliding window), ``_posenc_chunk`` (Llama 4 chunked
     attention: a query sees the keys of its own chunk of positions), ``_posenc_nope`` (MLA: the first
-    ``qk_nope_head_dim`` dims of a head are not rotated)."""
+    ``qk_nope_head_dim`` dims of a head are not rotated). Learned attention sinks (``s_aux``, one logit per
+    head: GPT-OSS, MiMo-V2-Flash, Granite SWA) join every softmax denominator in the engine."""
     state = getattr(module, "_posenc", None)
     if state is None:
         raise ValueError(f"{type(module).__name__} was not prepared by posenc.hf.extend; "
                          f"config._attn_implementation='posenc' needs extend(model, method)")
-    if kwargs.get("s_aux") is not None:
-        raise ValueError(f"{type(module).__name__}: posenc's attention has no learned attention sinks (s_aux)")
+    sink_logits = kwargs.get("s_aux")  # learned attention sinks (GPT-OSS, MiMo-V2-Flash): [H] logits
     B, H, Nq, D = query.shape
     k_pos_raw = _key_positions(query, key.shape[2], attention_mask, kwargs)
     key_mask = k_pos_raw >= 0  # [B,Nk]
@@ -107,7 +107,7 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
         value = torch.nn.functional.pad(value, (0, D - Dv)) if Dv < D else value
     chunk = getattr(module, "_posenc_chunk", None)
     run = _run_chunked if chunk else _run_once
-    out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk)
+    out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk, sink_logits)
     return out[..., :Dv].transpose(1, 2).contiguous(), None  # [B,Nq,H,Dv]
 
 
@@ -134,14 +134,14 @@ def _unscale_pass_dims(parts, query, q_pos, k_pos):
     return torch.cat((query[..., :rd], query[..., rd:] * inv), dim=-1)
 
 
-def _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, _chunk=None):
+def _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, _chunk=None, sink_logits=None):
     from posenc.engine import run_attention
 
     return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale,
-                         key_mask=None if bool(key_mask.all()) else key_mask)
+                         key_mask=None if bool(key_mask.all()) else key_mask, sink_logits=sink_logits)
 
 
-def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk):
+def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sink_logits=None):
     """Chunked attention (Llama 4): key n is visible to query m iff ``n // chunk == m // chunk`` (and
     causal), as transformers' ``chunked_overlay`` counts from the first real token. One engine call per
     chunk the queries fall in, with the other chunks' keys masked out."""
@@ -149,7 +149,7 @@ def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk):
     k_chunk = torch.div(k_pos, chunk, rounding_mode="floor")  # [B,Nk]
     out = None
     for c in torch.unique(q_chunk).tolist():
-        o = _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask & (k_chunk == c), scale)
+        o = _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask & (k_chunk == c), scale, None, sink_logits)
         sel = (q_chunk == c)[:, None, :, None]  # [B,1,Nq,1]
         out = torch.where(sel, o, out if out is not None else torch.zeros_like(o))
     return out

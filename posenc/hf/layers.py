@@ -19,8 +19,9 @@ computed for it, and the posenc method on top where it applies:
   of the frequency schedule).
 
 Families whose attention reads the 4-D mask itself (DeepSeek sparse attention's indexer, Doge's dynamic
-mask) or adds learned sink logits to the softmax (GPT-OSS, MiMo-V2-Flash) are refused with a
-``ValueError`` naming the missing piece (:data:`REFUSED`, :data:`REFUSED_MODULE_ATTRS`).
+mask) are refused with a ``ValueError`` naming the missing piece (:data:`REFUSED`,
+:data:`REFUSED_MODULE_ATTRS`). Learned attention sinks (GPT-OSS, MiMo-V2-Flash: ``s_aux``, a per-head
+logit in the softmax denominator) are the engine's ``sink_logits``.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ REFUSED = {
 # an attention module attribute -> what posenc's path lacks for it
 REFUSED_MODULE_ATTRS = {
     "indexer": "DeepSeek sparse attention (its lightning indexer selects top-k keys from the 4-D attention mask)",
-    "sinks": "learned attention sinks (s_aux: a per-head logit added to the softmax denominator; GPT-OSS, "
-             "MiMo-V2-Flash)",
 }
 
 

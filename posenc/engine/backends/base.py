@@ -6,7 +6,10 @@ does (same masks, branches, biases; only the summation order differs). It declar
 - ``name``: the ``impl=`` value that selects it;
 - ``why_not(call) -> str | None``: why it cannot compute this call exactly (None: it can). This is
   capability only; cost preferences of ``impl="auto"`` live in :mod:`posenc.engine.dispatch`;
-- ``run(call) -> [B,H,Nq,Dv]``.
+- ``run(call) -> [B,H,Nq,Dv]``;
+- ``learned_sinks``: whether it adds a call's ``sink_logits`` to the softmax denominator (the
+  paths that finish on a materialised score tile, :func:`posenc.engine.scores.finish`); the others
+  are passed over for such a call by :func:`posenc.engine.dispatch.choose_backend`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class Backend:
     """Base class of the execution paths (one instance each in :data:`posenc.engine.backends.BACKENDS`)."""
 
     name: str = ""
+    learned_sinks: bool = False  # can add call.sink_logits (one logit per head) to the softmax denominator
 
     def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
         return None

@@ -45,6 +45,7 @@ class Blockwise(Backend):
     ~window keys per tile, the far branch the rest; boundary columns are computed by both)."""
 
     name = "blockwise"
+    learned_sinks = True  # each query tile's softmax spans all its visible keys: the sink joins it there
     tile = 256
 
     def run(self, call: AttentionCall):
@@ -103,4 +104,4 @@ class Blockwise(Backend):
         if gate is not None:
             scores = scores + gate.to(scores.dtype)
         return finish(parts, scores, allowed, sel(call.v, 2), q[:, :, s:e], sel(call.k, 2), qp_t, kp_c,
-                      call.q_scale[:, :, s:e])
+                      call.q_scale[:, :, s:e], sink_logits=call.sink_logits)

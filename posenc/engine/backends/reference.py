@@ -11,10 +11,12 @@ from posenc.engine.scores import finish, scores_tile
 
 class Reference(Backend):
     name = "reference"
+    learned_sinks = True
 
     def run(self, call: AttentionCall):
         scores = scores_tile(call)  # [B,H,Nq,Nk]
         allowed = call.parts.allowed(call.q_pos[:, None, :, None], call.k_pos[:, None, None, :])  # [B,1,Nq,Nk]
         if call.key_mask is not None:
             allowed = allowed & call.key_mask[:, None, None, :]
-        return finish(call.parts, scores, allowed, call.v, call.q, call.k, call.q_pos, call.k_pos, call.q_scale)
+        return finish(call.parts, scores, allowed, call.v, call.q, call.k, call.q_pos, call.k_pos, call.q_scale,
+                      sink_logits=call.sink_logits)
