@@ -333,3 +333,48 @@ def test_unrecognised_rotation_refused():
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     with pytest.raises(ValueError, match="nanochat.*neither half nor interleaved"):
         hf.extend(model, "rerope", window=16)
+
+
+# ===================================================================== NoPE layers decided inside forward
+@pytest.mark.parametrize("family", ["exaone4", "afmoe"])
+def test_nope_layers_decided_in_forward_are_not_rotated(family):
+    """EXAONE 4 (``if self.sliding_window is None or self.is_sliding:``) and AFMoE (``if
+    self.is_local_attention:``) rotate only their sliding layers: posenc reads that test from the forward
+    source per layer, so its engine running plain RoPE reproduces the model (it differed by ~0.2 when the
+    global layers were rotated)."""
+    from posenc.hf import compat
+    from posenc.hf.layers import rotates_in_forward
+
+    model = compat.build_tiny(family)
+    layer_types = model.config.layer_types
+    attn = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
+    assert [rotates_in_forward(m) for m in attn] == [t == "sliding_attention" for t in layer_types]
+    assert {"sliding_attention", "full_attention"} <= set(layer_types)
+    ids, mask = compat.left_padded_batch(int(model.config.vocab_size))
+    assert compat.rope_difference(model, ids, mask) < 1e-5
+
+
+def test_rope_condition_on_other_names_counts_as_rotating():
+    """A test on anything but ``self`` (``position_embeddings is not None``) is not evaluated: the rotation runs."""
+    from posenc.hf.layers import rotates_in_forward
+
+    class Plain(torch.nn.Module):
+        def forward(self, x, position_embeddings=None):
+            if position_embeddings is not None:
+                x = apply_rotary_pos_emb(x, x, *position_embeddings)  # noqa: F821 - read, never run
+            return x
+
+    class Global(torch.nn.Module):
+        is_local = False
+
+        def forward(self, x):
+            if self.is_local:
+                x = apply_rotary_pos_emb(x, x, None, None)  # noqa: F821
+            return x
+
+    class NoCall(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    assert rotates_in_forward(Plain()) is True and rotates_in_forward(Global()) is False
+    assert rotates_in_forward(NoCall()) is None

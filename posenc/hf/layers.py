@@ -103,11 +103,51 @@ def layer_chunk(config, module) -> int | None:
 
 
 def uses_rope(config, module) -> bool:
-    """False for a NoPE layer: ``use_rope = False`` on the module (Llama 4, SmolLM 3) or a layer type
-    whose rope parameters are ``None``."""
+    """False for a NoPE layer: ``use_rope = False`` on the module (Llama 4, SmolLM 3), a layer type
+    whose rope parameters are ``None``, or a ``forward`` that rotates only under a condition on the
+    module that is false for this layer (:func:`rotates_in_forward`: EXAONE 4's global NoPE layers,
+    AFMoE's full layers)."""
     if getattr(module, "use_rope", True) is False or getattr(module, "use_rope", True) == 0:
         return False
-    return not (is_nested(config) and rope_parameters(config, layer_type_of(config, module)) is None)
+    if is_nested(config) and rope_parameters(config, layer_type_of(config, module)) is None:
+        return False
+    return rotates_in_forward(module) is not False
+
+
+def rotates_in_forward(module) -> bool | None:
+    """Whether the module's ``forward`` calls ``apply_rotary_pos_emb``, judged from its source: every
+    ``if`` around the call whose test reads only ``self`` (``if self.sliding_window is None or
+    self.is_sliding:``, EXAONE 4; ``if self.is_local_attention:``, AFMoE) is evaluated on this module
+    (the call in its ``else`` branch: negated). False: a NoPE layer; True: the rotation runs; None: no
+    call found, no readable source, or only tests on other names (``position_embeddings is not None``:
+    taken as true, the rotation runs)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(module).forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+    def calls_rope(nodes) -> bool:
+        return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None))
+                   == "apply_rotary_pos_emb" for stmt in nodes for n in ast.walk(stmt))
+
+    found, rotates = calls_rope(tree.body), True
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If) or not ({n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+                                                <= {"self"}):
+            continue
+        in_body, in_else = calls_rope(node.body), calls_rope(node.orelse)
+        if in_body == in_else:  # not around the call, or the call on both sides
+            continue
+        try:
+            cond = bool(eval(compile(ast.Expression(node.test), "<rope condition>", "eval"), {}, {"self": module}))
+        except Exception:  # an attribute this module lacks: no verdict from this test
+            continue
+        rotates = rotates and (cond if in_body else not cond)
+    return rotates if found else None
 
 
 def mla_nope_dims(module) -> int:
