@@ -18,9 +18,13 @@ computed for it, and the posenc method on top where it applies:
 - **Mistral 3's** ``llama_4_scaling_beta`` is a query scale its attention module applies itself (left out
   of the frequency schedule).
 
-Families whose attention reads the 4-D mask itself (DeepSeek sparse attention's indexer, Doge's dynamic
-mask) or adds learned sink logits to the softmax (GPT-OSS, MiMo-V2-Flash) are refused with a
-``ValueError`` naming the missing piece (:data:`REFUSED`, :data:`REFUSED_MODULE_ATTRS`).
+- **DeepSeek sparse attention** (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2): the lightning indexer keeps its
+  own real rotation and gets the causal + padding mask; its top-k selection restricts the engine's keys
+  per query (:mod:`posenc.hf.sparse`).
+
+Families whose attention reads the 4-D mask itself (Doge's dynamic mask) or adds learned sink logits to
+the softmax (GPT-OSS, MiMo-V2-Flash, HY V4) are refused with a ``ValueError`` naming the missing piece
+(:data:`REFUSED`, :data:`REFUSED_MODULE_ATTRS`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ REFUSED = {
 }
 # an attention module attribute -> what posenc's path lacks for it
 REFUSED_MODULE_ATTRS = {
-    "indexer": "DeepSeek sparse attention (its lightning indexer selects top-k keys from the 4-D attention mask)",
     "sinks": "learned attention sinks (s_aux: a per-head logit added to the softmax denominator; GPT-OSS, "
              "MiMo-V2-Flash)",
 }
