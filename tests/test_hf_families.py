@@ -1,7 +1,8 @@
 """posenc.hf.extend on transformers families beyond the Llama layout (tiny random models, nothing downloaded):
 rope parameters per layer type (Gemma 3), Mistral 3's llama_4_scaling_beta, hybrid linear-attention models
 (Qwen3-Next), Llama 4 (complex rotary, NoPE layers, chunked attention, temperature tuning), MLA (DeepSeek V3,
-DeepSeek V2's complex rotary) and the families posenc refuses."""
+DeepSeek V2's complex rotary), DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA) and the families posenc
+refuses."""
 
 from __future__ import annotations
 
@@ -74,12 +75,25 @@ def _gpt_oss(**kw):
 
 FAMILIES = {"gemma3": _gemma3, "ministral3": _ministral3, "qwen3_next": _qwen3_next, "llama4": _llama4,
             "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v2, "gpt_oss": _gpt_oss}
+INDEXER = dict(index_n_heads=2, index_head_dim=16)  # DeepSeek sparse attention's lightning indexer
+
+
+def _deepseek_v32(index_topk=2048, **kw):
+    return transformers.DeepseekV32Config, {**MOE, **MLA, **INDEXER, "index_topk": index_topk, **kw}
+
+
+def _glm_moe_dsa(index_topk=2048, **kw):  # layer 1 reuses layer 0's selection ("shared": no indexer of its own)
+    return transformers.GlmMoeDsaConfig, {**MOE, **MLA, **INDEXER, "index_topk": index_topk,
+                                          "indexer_types": ["full", "shared"], **kw}
+
+
+DSA = {"deepseek_v32": _deepseek_v32, "glm_moe_dsa": _glm_moe_dsa}  # own tests: the selection matters there
 
 
 def make_model(family, seed=0, **kw):
-    cls, extra = FAMILIES[family](**kw)
+    cls, extra = {**FAMILIES, **DSA}[family](**kw)
     args = {**SMALL, **extra}
-    if family.startswith("deepseek"):
+    if "kv_lora_rank" in args:  # MLA derives its head dims
         args.pop("head_dim")
     cfg = cls(**args)
     cfg._attn_implementation = "eager"
@@ -220,8 +234,6 @@ def test_save_load_round_trip(family, tmp_path):
 
 # ===================================================================== refused by posenc, not crashed in transformers
 def _refused_models():
-    mla = {k: v for k, v in {**SMALL, **MOE, **MLA}.items() if k != "head_dim"}
-    yield "deepseek_v32", transformers.DeepseekV32Config(**mla), "sparse attention"
     yield "doge", transformers.DogeConfig(**SMALL), "dynamic mask"
 
 
@@ -231,6 +243,54 @@ def test_unsupported_families_refused_with_the_missing_piece(name, cfg, word):
     with pytest.raises(ValueError, match=f"{name}.*{word}"):
         hf.extend(model, "rerope", window=16)
     assert getattr(model.config, "posenc", None) is None
+
+
+# ===================================================================== DeepSeek sparse attention (posenc.hf.sparse)
+DSA_CASES = [("deepseek_v32", 2048), ("deepseek_v32", 4), ("glm_moe_dsa", 4)]  # 2048: every key selected
+
+
+@pytest.mark.parametrize("family,topk", DSA_CASES, ids=[f"{f}-top{k}" for f, k in DSA_CASES])
+@pytest.mark.parametrize("tile", [None, 1], ids=["tiles", "row_by_row"])
+def test_dsa_none_unchanged_and_engine_honours_the_selection(family, topk, tile, monkeypatch):
+    """DeepSeek sparse attention: "none" is the untouched model, and the engine running plain RoPE (ReRoPE
+    with a window past the sequence) reproduces transformers' logits on a left-padded batch: the indexer
+    keeps its real rotation and sees the causal + padding mask, and each query attends only to the keys it
+    selected. With index_topk 4 < 24 tokens the selection drops keys (the logits differ from the same
+    weights with every key selected), on GLM's shared layer too; one sparse query row per engine call
+    (``tile=1``) gives what the tiles give."""
+    from posenc.hf import sparse
+
+    if tile is not None:
+        monkeypatch.setattr(sparse, "TILE_ELEMENTS", tile)
+    model = make_model(family, index_topk=topk)
+    x, mask, pos = prompts()
+    ref = logits(model, x, mask, pos)
+    if topk < x.shape[1]:
+        assert not torch.allclose(logits(make_model(family), x, mask, pos), ref, atol=1e-3)
+    assert torch.equal(logits(hf.extend(copy.deepcopy(model), "none"), x, mask, pos), ref)
+    ext = hf.extend(copy.deepcopy(model), "rerope", window=64)
+    assert ext.config._attn_implementation == "posenc"
+    assert_close(logits(ext, x, mask, pos), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family,topk", DSA_CASES, ids=[f"{f}-top{k}" for f, k in DSA_CASES])
+def test_dsa_generate_cache_equals_no_cache(family, topk):
+    """Cached decoding (the indexer's key cache, one query against the selection) equals recomputing the
+    whole sequence, under a method that changes the attention (ReRoPE, window 16 < 22 tokens)."""
+    model = hf.extend(make_model(family, index_topk=topk), "rerope", window=16)
+    x, mask, _ = prompts(n=14)
+    kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False)
+    with torch.no_grad():
+        assert torch.equal(model.generate(x, use_cache=True, **kw), model.generate(x, use_cache=False, **kw))
+
+
+def test_dsa_method_changes_the_sparse_attention():
+    """The method reaches the sparse layers: ReRoPE with a window shorter than the sequence changes the
+    logits of the index_topk-4 model (so the equality above is not the engine being bypassed)."""
+    x, mask, pos = prompts()
+    model = make_model("deepseek_v32", index_topk=4)
+    ref = logits(model, x, mask, pos)
+    assert not torch.allclose(logits(hf.extend(model, "rerope", window=4), x, mask, pos), ref, atol=1e-4)
 
 
 def test_beam_full_layers_without_rope_refused():

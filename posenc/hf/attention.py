@@ -15,6 +15,8 @@ from dataclasses import replace
 
 import torch
 
+from posenc.hf import sparse
+
 ATTN_NAME = "posenc"
 
 
@@ -84,13 +86,18 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
 
     Per layer (set at ``extend``): ``_posenc_window`` (sliding window), ``_posenc_chunk`` (Llama 4 chunked
     attention: a query sees the keys of its own chunk of positions), ``_posenc_nope`` (MLA: the first
-    ``qk_nope_head_dim`` dims of a head are not rotated). Learned attention sinks (``s_aux``, one logit per
-    head: GPT-OSS, MiMo-V2-Flash, Granite SWA) join every softmax denominator in the engine."""
+    ``qk_nope_head_dim`` dims of a head are not rotated). Per call: ``indices [B,Nq,topk]`` (DeepSeek
+    sparse attention's selection, honoured exactly by :func:`posenc.hf.sparse.selected`) and ``s_aux``
+    (learned attention sinks, one logit per head: GPT-OSS, MiMo-V2-Flash, Granite SWA), which join every
+    softmax denominator in the engine."""
     state = getattr(module, "_posenc", None)
     if state is None:
         raise ValueError(f"{type(module).__name__} was not prepared by posenc.hf.extend; "
                          f"config._attn_implementation='posenc' needs extend(model, method)")
     sink_logits = kwargs.get("s_aux")  # learned attention sinks (GPT-OSS, MiMo-V2-Flash): [H] logits
+    indices = kwargs.get("indices")  # DeepSeek sparse attention's top-k keys per query: posenc.hf.sparse
+    if indices is not None:
+        attention_mask = sparse.key_positions(attention_mask)
     B, H, Nq, D = query.shape
     k_pos_raw = _key_positions(query, key.shape[2], attention_mask, kwargs)
     key_mask = k_pos_raw >= 0  # [B,Nk]
@@ -107,6 +114,8 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
         value = torch.nn.functional.pad(value, (0, D - Dv)) if Dv < D else value
     chunk = getattr(module, "_posenc_chunk", None)
     run = _run_chunked if chunk else _run_once
+    if indices is not None:
+        run = sparse.selected(run, indices)
     out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk, sink_logits)
     return out[..., :Dv].transpose(1, 2).contiguous(), None  # [B,Nq,H,Dv]
 

@@ -16,12 +16,15 @@ computed for it, and the posenc method on top where it applies:
   ``qk_rope_head_dim`` slice is rotated; the shared rope key reaches attention already expanded per head;
 - **complex rotary** (Llama 4, DeepSeek V2: ``freqs_cis`` multiplies adjacent pairs): interleaved layout;
 - **Mistral 3's** ``llama_4_scaling_beta`` is a query scale its attention module applies itself (left out
-  of the frequency schedule).
+  of the frequency schedule);
+- **DeepSeek sparse attention** (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2): the lightning indexer keeps its
+  own real rotation and gets the causal + padding mask; its top-k selection restricts the engine's keys
+  per query (:mod:`posenc.hf.sparse`).
 
-Families whose attention reads the 4-D mask itself (DeepSeek sparse attention's indexer, Doge's dynamic
-mask) are refused with a ``ValueError`` naming the missing piece (:data:`REFUSED`,
-:data:`REFUSED_MODULE_ATTRS`). Learned attention sinks (GPT-OSS, MiMo-V2-Flash: ``s_aux``, a per-head
-logit in the softmax denominator) are the engine's ``sink_logits``.
+Families whose attention reads the 4-D mask itself (Doge's dynamic mask) are refused with a
+``ValueError`` naming the missing piece (:data:`REFUSED`, :data:`REFUSED_MODULE_ATTRS`). Learned
+attention sinks (GPT-OSS, MiMo-V2-Flash, HY V4: ``s_aux``, a per-head logit in the softmax denominator)
+are the engine's ``sink_logits``.
 """
 
 from __future__ import annotations
@@ -41,9 +44,7 @@ REFUSED = {
     "doge": "dynamic mask attention (the attention module builds its own mask from the 4-D attention mask)",
 }
 # an attention module attribute -> what posenc's path lacks for it
-REFUSED_MODULE_ATTRS = {
-    "indexer": "DeepSeek sparse attention (its lightning indexer selects top-k keys from the 4-D attention mask)",
-}
+REFUSED_MODULE_ATTRS: dict[str, str] = {}  # (none today; DeepSeek's indexer and learned sinks are supported)
 
 
 def is_nested(config) -> bool:

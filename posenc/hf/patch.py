@@ -7,9 +7,10 @@ call the function named by ``config._attn_implementation`` with ``(module, query
 attention_mask, scaling=...)``); also on rope parameters per layer type (Gemma 3: by default the method
 applies to the ``full_attention`` layers; ``layer_types=`` chooses), Mistral 3's ``llama_4_scaling_beta``,
 hybrid models (only the attention layers; linear-attention/recurrent layers and their caches are left
-alone), Llama 4 (NoPE layers, chunked attention, temperature tuning) and MLA (DeepSeek V2/V3 and their
-derivatives). The per-layer rules and the refused families are in :mod:`posenc.hf.layers`; the
-registered functions in :mod:`posenc.hf.attention`.
+alone), Llama 4 (NoPE layers, chunked attention, temperature tuning), MLA (DeepSeek V2/V3 and their
+derivatives) and DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2: :mod:`posenc.hf.sparse`).
+The per-layer rules and the refused families are in :mod:`posenc.hf.layers`; the registered functions in
+:mod:`posenc.hf.attention`.
 
 Two paths:
 
@@ -55,6 +56,7 @@ import copy
 from dataclasses import replace
 from pathlib import Path
 
+from posenc.hf import sparse
 from posenc.hf.attention import ATTN_NAME, identity_rotation, register
 from posenc.hf.layers import (
     check_family,
@@ -353,6 +355,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
                          "layers are all linear attention or recurrent has no RoPE attention to extend)")
     check_family(model, attn)
     attn = interface_modules(attn)
+    sparse.check(attn, [m for _, m in _rotary_modules(model)])
     per_layer = _prepare_layers(model, model.config, attn, names, params, targets, impl)  # validates everything
     register()
     config = _own_config(model)
@@ -362,6 +365,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
         m._posenc_chunk = layer_chunk(config, m)
         m._posenc_nope = mla_nope_dims(m) if uses_rope(config, m) else 0
     model._posenc_hooks = [m.register_forward_hook(identity_rotation) for _, m in _rotary_modules(model)]
+    model._posenc_hooks += sparse.install(attn, [m for _, m in _rotary_modules(model)])  # DSA's indexer
     model._posenc_original_attn = config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)
     config.posenc = {**record, "impl": impl, "native": native}
