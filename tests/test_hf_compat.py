@@ -140,6 +140,19 @@ def test_rope_families_lists_rope_causal_lms():
     assert "gpt2" not in families and "bert" not in families  # no rotary embedding / no causal LM
 
 
+def test_rope_families_count_language_model_rope_only():
+    """Inkling 2's only rotary embedding is its vision tower's (its text layers use a learned relative bias):
+    not a RoPE causal LM. Families with a text rotary next to a vision one stay; Zamba2's RoPE is a config
+    switch (use_mem_rope, off by default) that the scan's tiny config turns on."""
+    families = compat.rope_families()
+    assert "inkling2" not in families
+    assert {"llama4", "qwen3_5", "zamba2"} <= set(families)
+    assert not compat._text_rope("class FooVisionRotaryEmbedding(nn.Module):\n    pass\n")
+    assert compat._text_rope("class FooVisionRotaryEmbedding(nn.Module):\n    pass\n"
+                             "class FooTextRotaryEmbedding(nn.Module):\n    pass\n")
+    assert type(compat.build_tiny("zamba2").model.rotary_emb).__name__ == "Zamba2RotaryEmbedding"
+
+
 def test_scan_rows_pass_refused_unbuildable(monkeypatch):
     real = compat.build_tiny
 

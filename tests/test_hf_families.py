@@ -1,8 +1,9 @@
 """posenc.hf.extend on transformers families beyond the Llama layout (tiny random models, nothing downloaded):
 rope parameters per layer type (Gemma 3), Mistral 3's llama_4_scaling_beta, hybrid linear-attention models
 (Qwen3-Next), Llama 4 (complex rotary, NoPE layers, chunked attention, temperature tuning), MLA (DeepSeek V3,
-DeepSeek V2's complex rotary), DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA) and the families posenc
-refuses."""
+DeepSeek V2's complex rotary), DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA), families the compat scan
+once refused (Beam's NoPE global layers, NanoChat's -theta rotation, RecurrentGemma's window as trained length,
+Zamba2's optional RoPE, GPT-OSS's learned sinks) and the families posenc refuses."""
 
 from __future__ import annotations
 
@@ -293,14 +294,99 @@ def test_dsa_method_changes_the_sparse_attention():
     assert not torch.allclose(logits(hf.extend(model, "rerope", window=4), x, mask, pos), ref, atol=1e-4)
 
 
-def test_beam_full_layers_without_rope_refused():
-    """Beam's global layers have no RoPE: the default (global layers) names the layer types to choose."""
-    cfg = transformers.BeamConfig(**{**SMALL, "layer_types": ["sliding_attention", "full_attention"],
-                                     "sliding_window": 6, "n_routed_experts": 2, "num_experts_per_tok": 1})
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with pytest.raises(ValueError, match="applies to no attention layer with RoPE"):
+# ===================================================================== families once refused
+def _built(cls, **kw):
+    """A tiny model of ``cls(**kw)``. Pass ``initializer_range=0.1`` where the default 0.02 leaves attention so
+    flat that RoPE moves the logits by less than 1e-2 (NanoChat, Zamba2): there a wrong rotation could hide
+    under the tolerance."""
+    cfg = cls(**kw)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def _assert_none_and_engine_equal_transformers(model):
+    """extend(model, "none") is the untouched model; the engine running plain RoPE (ReRoPE with a window past
+    the sequence) reproduces its logits on a left-padded batch, and so does cached greedy decoding."""
+    x, mask, pos = prompts()
+    ref = logits(model, x, mask, pos)
+    assert torch.equal(logits(hf.extend(copy.deepcopy(model), "none"), x, mask, pos), ref)
+    ext = hf.extend(copy.deepcopy(model), "rerope", window=64)
+    assert ext.config._attn_implementation == "posenc"
+    assert_close(logits(ext, x, mask, pos), ref, rtol=1e-4, atol=1e-5)
+    kw = dict(attention_mask=mask, max_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        assert torch.equal(ext.generate(x, use_cache=True, **kw), ext.generate(x, use_cache=False, **kw))
+    return ext
+
+
+def _beam(theta=10000.0):
+    rp = {"sliding_attention": {"rope_type": "default", "rope_theta": theta}, "full_attention": None}
+    return _built(transformers.BeamConfig, **{**SMALL, "layer_types": ["sliding_attention", "full_attention"],
+                                              "sliding_window": 6, "n_routed_experts": 2, "num_experts_per_tok": 1,
+                                              "rope_parameters": rp})
+
+
+def test_beam_default_targets_its_rope_sliding_layers():
+    """Beam's global layers are NoPE (with their position-dependent query scale) and its sliding layers have
+    RoPE: by default the method goes on the RoPE sliding layers (no global layer has RoPE), the engine
+    reproduces both kinds, and NTK there equals a model built with the scaled sliding base."""
+    ext = _assert_none_and_engine_equal_transformers(_beam())
+    applies = {m.layer_idx: m._posenc["applies"] for m in ext.modules() if hasattr(m, "_posenc")}
+    assert applies == {0: True, 1: False}
+    x, mask, pos = prompts()
+    ntk = hf.extend(_beam(), "ntk", factor=4.0)
+    assert_close(logits(ntk, x, mask, pos), logits(_beam(_ntk_theta(1e4, 16)), x, mask, pos), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="applies to no attention layer with RoPE"):  # an explicit choice stays
+        hf.extend(_beam(), "rerope", window=16, layer_types=("full_attention",))
+
+
+def test_nanochat_negative_rotation_as_half_swapped_q_and_k():
+    """NanoChat's rotate_half is cat(x2, -x1): a rotation by -theta. The probe finds it and the engine runs on
+    half-swapped q and k (R(-theta) = S R(theta) S), which reproduces transformers' logits."""
+    cfg = {k: v for k, v in SMALL.items() if k != "eos_token_id"}
+    model = _built(transformers.NanoChatConfig, **cfg, initializer_range=0.1)
+    ext = _assert_none_and_engine_equal_transformers(model)
+    assert hf.posenc_scheme(ext).rope.layout == "half"
+    assert all(m._posenc_swap_halves for m in ext.modules() if hasattr(m, "_posenc"))
+
+
+def test_unrecognised_rotation_refused(monkeypatch):
+    """A family whose apply_rotary_pos_emb rotates by none of +theta (half or interleaved) or -theta (half) is
+    refused rather than run with a different rotation (here NanoChat's module rotating by 2 theta)."""
+    import transformers.models.nanochat.modeling_nanochat as nanochat
+
+    own = nanochat.apply_rotary_pos_emb
+
+    def doubled(q, k, cos, sin, **kw):
+        return own(*own(q, k, cos, sin, **kw), cos, sin, **kw)
+
+    monkeypatch.setattr(nanochat, "apply_rotary_pos_emb", doubled)
+    model = _built(transformers.NanoChatConfig, **{k: v for k, v in SMALL.items() if k != "eos_token_id"})
+    with pytest.raises(ValueError, match="nanochat.*neither half nor interleaved"):
         hf.extend(model, "rerope", window=16)
-    hf.extend(model, "rerope", window=16, layer_types=("sliding_attention",))
+
+
+def test_recurrent_gemma_trained_length_is_its_attention_window():
+    """RecurrentGemma's config has no max_position_embeddings; its attention is local only, so its trained
+    length is the window (the largest relative distance it attended over); the engine reproduces its
+    partial-rotary local attention layer next to the recurrent one."""
+    model = _built(transformers.RecurrentGemmaConfig, hidden_size=64, lru_width=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=V,
+                   block_types=["recurrent", "attention"], attention_window_size=8, pad_token_id=0)
+    assert hf.train_len_of(model.config) == 8
+    ext = _assert_none_and_engine_equal_transformers(model)
+    assert hf.posenc_scheme(ext).train_len == 8
+
+
+def test_zamba2_shared_attention_rope():
+    """Zamba2 with use_mem_rope (RoPE in its shared attention blocks, off by default): the engine reproduces
+    the hybrid (Mamba 2 + shared attention) model."""
+    model = _built(transformers.Zamba2Config, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=128, vocab_size=V, mamba_d_state=16,
+                   layers_block_type=["linear_attention", "hybrid"], use_mem_rope=True, max_position_embeddings=32,
+                   initializer_range=0.1)
+    _assert_none_and_engine_equal_transformers(model)
 
 
 # ===================================================================== partial rotary with an attention factor
@@ -384,15 +470,6 @@ def test_attention_outside_the_interface_refused():
     with pytest.raises(ValueError, match="gpt_neox_japanese.*AttentionInterface"):
         hf.extend(model, "rerope", window=16)
     hf.extend(model, "yarn", factor=2.0)  # transformers' own methods need no attention function
-
-
-def test_unrecognised_rotation_refused():
-    """NanoChat's rotate_half turns the other way (-theta): neither posenc layout reproduces it, so extend
-    refuses it rather than run a different rotation."""
-    cfg = transformers.NanoChatConfig(**{k: v for k, v in SMALL.items() if k != "eos_token_id"})
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with pytest.raises(ValueError, match="nanochat.*neither half nor interleaved"):
-        hf.extend(model, "rerope", window=16)
 
 
 # ===================================================================== NoPE layers decided inside forward

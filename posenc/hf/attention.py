@@ -79,6 +79,17 @@ def _rope_first(x: torch.Tensor, n_nope: int) -> torch.Tensor:
     return torch.cat((x[..., n_nope:], x[..., :n_nope]), dim=-1)
 
 
+def swap_rotary_halves(x: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """The two halves of the rotated slice ``x[..., :rotary_dim]`` swapped (the rest passes through).
+
+    NanoChat's ``rotate_half`` is ``cat(x2, -x1)``: it rotates each half-layout pair by ``-theta``. With
+    ``S`` this swap, ``R(-theta) = S R(theta) S``, so ``R_m(-) q . R_n(-) k = R_m S q . R_n S k`` (``S`` is
+    orthogonal): the engine's ``+theta`` rotation of ``S q`` and ``S k`` gives the same scores. Values are
+    untouched, so the output needs no swap back."""
+    half = rotary_dim // 2
+    return torch.cat((x[..., half:rotary_dim], x[..., :half], x[..., rotary_dim:]), dim=-1)
+
+
 def posenc_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
     """Attention function "posenc": un-rotated ``query [B,H,Nq,D]``, ``key [B,Hk,Nk,D]``, ``value
     [B,Hk,Nk,Dv]`` (GQA ok, ``Dv`` may differ: MLA) -> ``(out [B,Nq,H,Dv], None)`` via
@@ -86,10 +97,11 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
 
     Per layer (set at ``extend``): ``_posenc_window`` (sliding window), ``_posenc_chunk`` (Llama 4 chunked
     attention: a query sees the keys of its own chunk of positions), ``_posenc_nope`` (MLA: the first
-    ``qk_nope_head_dim`` dims of a head are not rotated). Per call: ``indices [B,Nq,topk]`` (DeepSeek
-    sparse attention's selection, honoured exactly by :func:`posenc.hf.sparse.selected`) and ``s_aux``
-    (learned attention sinks, one logit per head: GPT-OSS, MiMo-V2-Flash, Granite SWA), which join every
-    softmax denominator in the engine."""
+    ``qk_nope_head_dim`` dims of a head are not rotated), ``_posenc_swap_halves`` (NanoChat's ``-theta``
+    rotation: :func:`swap_rotary_halves`). Per call: ``indices [B,Nq,topk]`` (DeepSeek sparse attention's
+    selection, honoured exactly by :func:`posenc.hf.sparse.selected`) and ``s_aux`` (learned attention
+    sinks, one logit per head: GPT-OSS, MiMo-V2-Flash, Granite SWA), which join every softmax denominator
+    in the engine."""
     state = getattr(module, "_posenc", None)
     if state is None:
         raise ValueError(f"{type(module).__name__} was not prepared by posenc.hf.extend; "
@@ -108,6 +120,8 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     n_nope = getattr(module, "_posenc_nope", 0)
     if n_nope:
         query, key = _rope_first(query, n_nope), _rope_first(key, n_nope)
+    if getattr(module, "_posenc_swap_halves", False) and parts.rotary_dim:
+        query, key = swap_rotary_halves(query, parts.rotary_dim), swap_rotary_halves(key, parts.rotary_dim)
     query = _unscale_pass_dims(parts, query, q_pos, k_pos)
     Dv = value.shape[-1]
     if Dv != D:  # the engine takes one head dim: zero-pad v (MLA's v_head_dim), drop the pad after

@@ -158,16 +158,32 @@ def _models_dir() -> Path:
     return Path(transformers.models.__file__).parent
 
 
+# rotary classes of a modality tower (``Inkling2VisionRotaryEmbedding``): they rotate image / audio patches,
+# not the tokens of the language model
+_TOWER_ROTARY = re.compile(r"Vision|Visual|Audio|Image|Video|Speech")
+
+
+def _text_rope(src: str) -> bool:
+    """Whether a modeling file's language model can have RoPE: it names a rotary embedding, and not
+    every rotary class it defines belongs to a modality tower. Inkling 2 is left out that way: its text
+    layers position tokens with a learned relative bias per backward distance (``Inkling2RelativeLogits``), only its
+    vision tower rotates, so its causal LM has no RoPE to extend."""
+    if "RotaryEmbedding" not in src:
+        return False
+    defined = re.findall(r"^class (\w*RotaryEmbedding)\(", src, re.MULTILINE)
+    return not defined or not all(_TOWER_ROTARY.search(name) for name in defined)
+
+
 def rope_families() -> list[str]:
     """Model families of the installed transformers whose ``modeling_<family>.py`` has a rotary
-    embedding and a ``*ForCausalLM`` class, sorted."""
+    embedding for its language model (:func:`_text_rope`) and a ``*ForCausalLM`` class, sorted."""
     out = []
     for d in sorted(_models_dir().iterdir()):
         path = d / f"modeling_{d.name}.py"
         if not path.is_file():
             continue
         src = path.read_text(encoding="utf-8")
-        if "RotaryEmbedding" in src and re.search(r"^class \w+ForCausalLM\(", src, re.MULTILINE):
+        if _text_rope(src) and re.search(r"^class \w+ForCausalLM\(", src, re.MULTILINE):
             out.append(d.name)
     return out
 
@@ -198,10 +214,17 @@ def instantiate(cls, config, seed: int = 0):
     return cls._from_config(config, dtype=torch.float32).eval()
 
 
+# families whose RoPE is a config switch that is off by default: the tiny config turns it on, so the scan
+# checks the family on its RoPE path (off, the model builds no rotary module and has nothing to extend).
+# Zamba2: use_mem_rope (RoPE in its shared attention blocks; default False, a checkpoint's config sets it).
+ROPE_SWITCHES = {"zamba2": {"use_mem_rope": True}}
+
+
 def build_tiny(family: str, seed: int = 0):
-    """A tiny random ``*ForCausalLM`` of ``family`` (:func:`tiny_config`, :func:`instantiate`)."""
+    """A tiny random ``*ForCausalLM`` of ``family`` (:func:`tiny_config` with the family's
+    :data:`ROPE_SWITCHES`, :func:`instantiate`)."""
     cls = causal_lm_class(family)
-    return instantiate(cls, tiny_config(cls.config_class), seed)
+    return instantiate(cls, tiny_config(cls.config_class, **ROPE_SWITCHES.get(family, {})), seed)
 
 
 # ----------------------------------------------------------------------------- the check

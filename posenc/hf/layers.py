@@ -7,14 +7,18 @@ computed for it, and the posenc method on top where it applies:
 - **rope parameters per layer type** (Gemma 3, Olmo 3, MiMo-V2-Flash, Laguna, ...:
   ``config.rope_parameters = {"full_attention": {...}, "sliding_attention": {...}}``): a layer's base scheme
   is built from the parameters of its own type (``config.layer_types[layer_idx]``). The method applies to
-  the layers whose type is in ``layer_types`` (default ``("full_attention",)`` on such models: Gemma 3's
-  recipe extends its global layers only, the local sliding layers keep their base and window);
+  the layers whose type is in ``layer_types`` (default on such models: the global layer types that have
+  RoPE, ``("full_attention",)`` on Gemma 3, whose recipe extends its global layers only while the local
+  sliding layers keep their base and window; where the global layers are NoPE, as on Beam, the types
+  that have RoPE: :func:`default_target_types`);
 - **NoPE layers** (Llama 4's ``no_rope_layers``, SmolLM 3; a module with ``use_rope = False``) run without
   rotation and without the method (Llama 4's query temperature tuning stays in its attention module);
 - **chunked attention** (Llama 4, layer type ``"chunked_attention"``): ``config.attention_chunk_size``;
 - **MLA** (DeepSeek V2/V3 and derivatives: ``qk_nope_head_dim + qk_rope_head_dim`` per head): only the
   ``qk_rope_head_dim`` slice is rotated; the shared rope key reaches attention already expanded per head;
 - **complex rotary** (Llama 4, DeepSeek V2: ``freqs_cis`` multiplies adjacent pairs): interleaved layout;
+- **-theta rotation** (NanoChat's ``rotate_half``): the half layout on half-swapped q and k
+  (:data:`NEGATED_LAYOUT`);
 - **Mistral 3's** ``llama_4_scaling_beta`` is a query scale its attention module applies itself (left out
   of the frequency schedule);
 - **DeepSeek sparse attention** (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2): the lightning indexer keeps its
@@ -36,6 +40,8 @@ _NOT_SCHEDULE = ("llama_4_scaling_beta",)
 _SLIDING_LAYER_TYPES = ("sliding_attention", "hybrid_sliding", "reference_sliding_attention")
 DEFAULT_TYPE = "full_attention"
 UNKNOWN_LAYOUT = "unknown"
+# half-layout pairs rotated by -theta (NanoChat): the engine rotates the half-swapped q and k by +theta
+NEGATED_LAYOUT = "half_negated"
 
 # model_type -> what posenc's path lacks for it
 REFUSED = {
@@ -213,19 +219,25 @@ def _layout_of_apply(mod, apply, cos, sin, positions) -> str | None:
             got = apply(q, q.clone(), cos, sin)[0]
     except (TypeError, RuntimeError, ValueError, IndexError):
         return None
+    from posenc.hf.attention import swap_rotary_halves
+
     scale = float(getattr(mod, "attention_scaling", 1.0) or 1.0)
-    for layout in ("half", "interleaved"):
-        want = apply_rope(q.double(), positions.to(q.device), inv.double(), layout=layout) * scale
-        if torch.allclose(got.double(), want, atol=1e-4):
+    pos, rd = positions.to(q.device), q.shape[-1]
+    wants = {layout: apply_rope(q.double(), pos, inv.double(), layout=layout) for layout in ("half", "interleaved")}
+    wants[NEGATED_LAYOUT] = swap_rotary_halves(apply_rope(swap_rotary_halves(q.double(), rd), pos, inv.double()), rd)
+    for layout, want in wants.items():
+        if torch.allclose(got.double(), want * scale, atol=1e-4):
             return layout
-    return UNKNOWN_LAYOUT  # it rotated, but neither way posenc rotates (NanoChat turns the other way)
+    return UNKNOWN_LAYOUT  # it rotated, but none of the ways posenc can reproduce
 
 
 def probe_layout(rotary_modules, attention_modules) -> str:
     """The pair layout the model rotates with: ``"interleaved"`` when a rotary module returns complex
     ``freqs_cis`` (Llama 4, DeepSeek V2) or when the family's ``apply_rotary_pos_emb`` rotates adjacent
-    pairs (Cohere, GLM 4: probed on random q at a few positions), else ``"half"``. A family whose own
-    rotation matches neither (NanoChat rotates by -theta) is refused (``ValueError``)."""
+    pairs (Cohere, GLM 4: probed on random q at a few positions), :data:`NEGATED_LAYOUT` when it rotates
+    half-layout pairs by ``-theta`` (NanoChat's ``rotate_half`` is ``cat(x2, -x1)``; the engine keeps
+    ``"half"`` and runs on half-swapped q and k, :func:`posenc.hf.attention.swap_rotary_halves`), else
+    ``"half"``. A family whose own rotation matches none of these is refused (``ValueError``)."""
     import sys
 
     positions = torch.arange(5)[None]  # [1,5]
@@ -239,19 +251,44 @@ def probe_layout(rotary_modules, attention_modules) -> str:
             found = _layout_of_apply(mod, apply, out[0], out[1], positions)
             if found == UNKNOWN_LAYOUT:
                 raise ValueError(f"{module.__name__.rsplit('.', 1)[-1]}: its apply_rotary_pos_emb rotates neither "
-                                 "half nor interleaved pairs by +theta; posenc.hf.extend does not support that "
-                                 "rotation")
+                                 "half nor interleaved pairs by +theta, nor half pairs by -theta; "
+                                 "posenc.hf.extend does not support that rotation")
             if found is not None:
                 return found
     return "half"
 
 
+def rope_layer_types(config) -> list[str]:
+    """The layer types of a model with rope parameters per layer type whose parameters are not ``None``
+    (the types that rotate), in the order ``config.layer_types`` first names them."""
+    rp = getattr(config, "rope_parameters", None) or {}
+    types = dict.fromkeys(getattr(config, "layer_types", None) or [DEFAULT_TYPE])
+    return [t for t in types if isinstance(rp.get(t), dict)]
+
+
+def default_target_types(config) -> tuple[str, ...] | None:
+    """The layer types a method applies to when ``layer_types`` is not given.
+
+    On a model with rope parameters per layer type: its *global* layer types that have RoPE (types that
+    are neither sliding nor chunked; Gemma 3's recipe extends the global ``full_attention`` layers, the
+    local layers keep their base and window: they never see a distance past their window), and when no
+    global type has RoPE (Beam: NoPE global layers, RoPE sliding layers) every type that has RoPE, since
+    a method on no layer at all would extend nothing. On any other model every RoPE layer (``None``):
+    its layers share one rotary schedule."""
+    if not is_nested(config):
+        return None
+    with_rope = rope_layer_types(config)
+    local = (*_SLIDING_LAYER_TYPES, CHUNKED_LAYER_TYPE)
+    chosen = [t for t in with_rope if t not in local] or with_rope
+    return tuple(chosen) or None
+
+
 def target_types(config, layer_types) -> tuple[str, ...] | None:
     """The layer types a method applies to: ``layer_types`` as given (checked against the config), else
-    ``("full_attention",)`` on a model with rope parameters per layer type, else every layer (None)."""
+    :func:`default_target_types` (``None``: every layer that has RoPE)."""
     known = set(getattr(config, "layer_types", None) or [DEFAULT_TYPE])
     if layer_types is None:
-        return (DEFAULT_TYPE,) if is_nested(config) and DEFAULT_TYPE in known else None
+        return default_target_types(config)
     if isinstance(layer_types, str) or not all(isinstance(t, str) for t in layer_types) or not layer_types:
         raise ValueError(f"layer_types must be a non-empty list of layer type names, got {layer_types!r}")
     unknown = sorted(set(layer_types) - known)

@@ -5,7 +5,8 @@ window layers included), Phi-3, GPT-NeoX (partial rotary) and any model with the
 (``XxxRotaryEmbedding`` module producing ``(cos, sin)`` or complex ``freqs_cis``, attention modules that
 call the function named by ``config._attn_implementation`` with ``(module, query, key, value,
 attention_mask, scaling=...)``); also on rope parameters per layer type (Gemma 3: by default the method
-applies to the ``full_attention`` layers; ``layer_types=`` chooses), Mistral 3's ``llama_4_scaling_beta``,
+applies to the global layer types that have RoPE, ``full_attention``; Beam, whose global layers are NoPE:
+its RoPE sliding layers; ``layer_types=`` chooses), Mistral 3's ``llama_4_scaling_beta``,
 hybrid models (only the attention layers; linear-attention/recurrent layers and their caches are left
 alone), Llama 4 (NoPE layers, chunked attention, temperature tuning), MLA (DeepSeek V2/V3 and their
 derivatives) and DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2: :mod:`posenc.hf.sparse`).
@@ -45,7 +46,8 @@ ignored (inference-time methods).
 
 The scheme is built from the config (:func:`scheme_from_config`): ``rope_parameters`` (``rope_theta``,
 ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``, an existing scaling), half layout (interleaved for
-complex rotary), and ``original_max_position_embeddings`` or ``max_position_embeddings`` as ``train_len``.
+complex rotary), and ``original_max_position_embeddings`` or ``max_position_embeddings`` as ``train_len``
+(``attention_window_size`` for local-attention-only models without either: RecurrentGemma).
 On a partial-rotary layer the schedule's attention factor (YaRN's mscale) scales only the rotated dims,
 as transformers' ``cos * factor, sin * factor`` does.
 """
@@ -59,6 +61,7 @@ from pathlib import Path
 from posenc.hf import sparse
 from posenc.hf.attention import ATTN_NAME, identity_rotation, register
 from posenc.hf.layers import (
+    NEGATED_LAYOUT,
     check_family,
     interface_modules,
     is_nested,
@@ -88,10 +91,15 @@ def _rope_parameters(config, layer_type: str | None = None) -> dict:
 
 def train_len_of(config) -> int:
     """Pretraining length: ``original_max_position_embeddings`` (rope parameters or config), else
-    ``max_position_embeddings``."""
+    ``max_position_embeddings``, else ``attention_window_size``.
+
+    The last is for models whose attention is local only and whose config states no length
+    (RecurrentGemma / Griffin: every attention layer sees the last ``attention_window_size`` keys,
+    the recurrent layers carry the rest): the window is the largest relative distance its RoPE was
+    trained on, which is what a position method's trained length stands for."""
     rp = _rope_parameters(config)
     n = (rp.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", None)
-         or getattr(config, "max_position_embeddings", None))
+         or getattr(config, "max_position_embeddings", None) or getattr(config, "attention_window_size", None))
     if not n:
         raise ValueError("config has no max_position_embeddings; cannot tell the trained length")
     return int(n)
@@ -274,7 +282,7 @@ def _layer_scheme(config, module, layout: str, targets, names: str, params: dict
         base = scheme_from_config(config, ltype)
         if not rope or base.rope is None:
             return PositionScheme(name="nope", train_len=train_len_of(config))
-        spec = replace(base.rope, layout=layout)
+        spec = replace(base.rope, layout="half" if layout == NEGATED_LAYOUT else layout)
         if nope:  # MLA: rotate qk_rope_head_dim of nope + rope dims (+0.5: int() of the product is exact)
             dims = nope + int(module.qk_rope_head_dim)
             spec = replace(spec, partial_rotary_factor=(int(module.qk_rope_head_dim) + 0.5) / dims)
@@ -285,14 +293,17 @@ def _layer_scheme(config, module, layout: str, targets, names: str, params: dict
 
 
 def _prepare_layers(model, config, attn, names: str, params: dict, targets, impl: str) -> list[dict]:
-    """One state (scheme, impl, parts cache) per distinct layer key; validates every scheme."""
+    """One state (scheme, impl, parts cache) per distinct layer key; validates every scheme. A state's
+    ``swap_halves``: the model rotates by ``-theta`` (:data:`NEGATED_LAYOUT`) and the layer has RoPE."""
     layout = probe_layout([m for _, m in _rotary_modules(model)], attn)
     states: dict = {}
     per_layer = []
     for m in attn:
         key, build = _layer_scheme(config, m, layout, targets, names, params)
         if key not in states:
-            states[key] = {"scheme": build(), "impl": impl, "parts": {}, "applies": key[-1]}
+            scheme = build()
+            states[key] = {"scheme": scheme, "impl": impl, "parts": {}, "applies": key[-1],
+                           "swap_halves": layout == NEGATED_LAYOUT and scheme.rope is not None}
         per_layer.append(states[key])
     if not any(st["applies"] for st in per_layer):
         rope_types = sorted({layer_type_of(config, m) for m in attn if uses_rope(config, m)})
@@ -312,10 +323,11 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     :func:`posenc.engine.run_attention`). See the module docstring for what is replaced and why.
     The method is recorded in ``config.posenc`` (posenc path) or ``config.rope_parameters`` (native).
 
-    ``layer_types`` (names from ``config.layer_types``) chooses the layers the method applies to; default:
-    ``("full_attention",)`` on models with rope parameters per layer type (Gemma 3's recipe: the global
-    layers), else every RoPE layer. The other layers keep what transformers computes for them
-    (:mod:`posenc.hf.layers`).
+    ``layer_types`` (names from ``config.layer_types``) chooses the layers the method applies to; default
+    (:func:`posenc.hf.layers.default_target_types`): on models with rope parameters per layer type the
+    global layer types that have RoPE (Gemma 3's recipe: ``("full_attention",)``), or, where no global
+    layer has RoPE (Beam), the types that have it; else every RoPE layer. The other layers keep what
+    transformers computes for them (:mod:`posenc.hf.layers`).
 
     Everything is validated before anything changes (a refused call leaves model and config as they
     were, so a corrected retry works), and the model first gets its own deep copy of its config: other
@@ -364,6 +376,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
         m._posenc_window = layer_window(config, m)
         m._posenc_chunk = layer_chunk(config, m)
         m._posenc_nope = mla_nope_dims(m) if uses_rope(config, m) else 0
+        m._posenc_swap_halves = state["swap_halves"]
     model._posenc_hooks = [m.register_forward_hook(identity_rotation) for _, m in _rotary_modules(model)]
     model._posenc_hooks += sparse.install(attn, [m for _, m in _rotary_modules(model)])  # DSA's indexer
     model._posenc_original_attn = config._attn_implementation
