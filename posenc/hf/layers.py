@@ -122,7 +122,8 @@ def uses_rope(config, module) -> bool:
 
 
 def rotates_in_forward(module) -> bool | None:
-    """Whether the module's ``forward`` calls ``apply_rotary_pos_emb``, judged from its source: every
+    """Whether the module's ``forward`` calls ``apply_rotary_pos_emb`` (or a variant: a function named
+    ``apply_rotary*`` / ``apply_rope*``), judged from its source: every
     ``if`` around the call whose test reads only ``self`` (``if self.sliding_window is None or
     self.is_sliding:``, EXAONE 4; ``if self.is_local_attention:``, AFMoE) is evaluated on this module
     (the call in its ``else`` branch: negated). False: a NoPE layer; True: the rotation runs; None: no
@@ -137,9 +138,9 @@ def rotates_in_forward(module) -> bool | None:
     except (OSError, TypeError, SyntaxError):
         return None
 
-    def calls_rope(nodes) -> bool:
-        return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None))
-                   == "apply_rotary_pos_emb" for stmt in nodes for n in ast.walk(stmt))
+    def calls_rope(nodes) -> bool:  # apply_rotary_pos_emb and its variants (DeepSeek's ..._interleave)
+        return any(isinstance(n, ast.Call) and str(getattr(n.func, "id", getattr(n.func, "attr", "")))
+                   .startswith(("apply_rotary", "apply_rope")) for stmt in nodes for n in ast.walk(stmt))
 
     found, rotates = calls_rope(tree.body), True
     for node in ast.walk(tree):
