@@ -20,17 +20,6 @@ from posenc.hf import compat, extend  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 
-# posenc's engine path today (extend(model, "rerope", window=16) + generate): still wrong
-ENGINE_XFAIL = {
-    "phi-3.5-mini-instruct": "LongRoPE without factor: scheme_from_config does not pass max_position_embeddings",
-}
-# check (c): the engine running plain RoPE differs from the model's own attention (or is refused)
-ROPE_XFAIL = {**ENGINE_XFAIL}
-
-
-def _case(name, xfails):
-    marks = [pytest.mark.xfail(strict=True, reason=xfails[name])] if name in xfails else []
-    return pytest.param(name, marks=marks, id=name)
 
 
 def _model(name):
@@ -111,13 +100,13 @@ def test_fixture_native_yarn(name):
     _cached_equals_uncached(model)
 
 
-@pytest.mark.parametrize("name", [_case(n, ENGINE_XFAIL) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_fixture_engine_rerope_cached_equals_uncached(name):
     model = extend(_model(name), "rerope", window=16)
     _cached_equals_uncached(model)
 
 
-@pytest.mark.parametrize("name", [_case(n, ROPE_XFAIL) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_fixture_engine_reproduces_the_models_rope(name):
     """Check (c): the engine under a scheme equal to plain RoPE gives the model's own logits."""
     model = _model(name)
