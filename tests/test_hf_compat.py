@@ -123,6 +123,50 @@ def test_tiny_config_keeps_both_layer_kinds():
     assert mla.num_key_value_heads == mla.num_attention_heads == 4 and mla.n_routed_experts == 4
 
 
+def _n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_tiny_hybrid_keeps_an_attention_layer_with_rope():
+    """GraniteMoeHybrid's default config is all Mamba layers with RoPE off: the tiny one keeps an
+    attention layer, turns RoPE on, and shrinks the shared expert (1024 wide before)."""
+    tiny = compat.tiny_config(transformers.GraniteMoeHybridConfig)
+    assert tiny.layer_types == ["linear_attention", "full_attention"]
+    assert tiny.position_embedding_type == "rope" and tiny.shared_intermediate_size == 32
+    model = compat.build_tiny("granitemoehybrid")
+    assert [layer.self_attn is not None for layer in model.model.layers] == [False, True]
+    assert model.model.rotary_emb is not None and _n_params(model) <= compat.MAX_PARAMS
+
+
+def test_tiny_kv_sharing_model_keeps_producers_of_both_layer_types():
+    """Gemma 3n's last 15 of 35 layers reuse earlier caches: the tiny model is the 2 kept layers and
+    one sharing layer of each type after them (2 layers with 15 shared could not be built)."""
+    tiny = compat.tiny_config(transformers.Gemma3nTextConfig)
+    kinds = ["sliding_attention", "full_attention"]
+    assert tiny.layer_types == kinds + kinds and tiny.num_hidden_layers == 4 and tiny.num_kv_shared_layers == 2
+    assert tiny.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    assert len(tiny.intermediate_size) == len(tiny.activation_sparsity_pattern) == 4
+    assert tiny.vocab_size_per_layer_input == 256  # 262,144 x 35 x 256 per-layer embeddings before
+    assert _n_params(compat.build_tiny("gemma3n")) <= compat.MAX_PARAMS
+
+
+def test_tiny_per_layer_overrides_and_aliased_sizes_shrink():
+    """Gemma 4's full-attention layers override head_dim (512 over 256): the override shrinks at its
+    ratio; dots3's sliding-window MLA override shrinks to the tiny MLA shape it must satisfy; DBRX's
+    sizes under attribute_map aliases (d_model, n_layers) shrink; 0 (no shared expert) stays 0."""
+    g4 = compat.tiny_config(transformers.Gemma4TextConfig)
+    assert g4.layer_types == ["sliding_attention", "full_attention"]
+    assert (g4.per_layer_config[0].head_dim, g4.per_layer_config[1].head_dim) == (16, 32)
+    dots = compat.tiny_config(transformers.Dots3NoteTextConfig)
+    swa = dots.per_layer_config[dots.layer_types.index("sliding_attention")]
+    assert swa.head_dim == swa.qk_nope_head_dim + swa.qk_rope_head_dim == 16 and swa.kv_lora_rank == 16
+    dbrx = compat.tiny_config(transformers.DbrxConfig)
+    assert (dbrx.d_model, dbrx.n_layers, dbrx.n_heads, dbrx.ffn_config.hidden_size) == (64, 2, 4, 64)
+    assert compat.tiny_config(transformers.GraniteMoeSharedConfig).shared_intermediate_size == 0
+    for family in ("gemma4", "dots3_note", "dbrx"):
+        assert _n_params(compat.build_tiny(family)) <= compat.MAX_PARAMS, family
+
+
 def test_rope_families_lists_rope_causal_lms():
     families = compat.rope_families()
     assert {"llama", "qwen2", "gemma3", "gpt_neox", "deepseek_v3"} <= set(families)
