@@ -108,8 +108,8 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
                          f"config._attn_implementation='posenc' needs extend(model, method)")
     sink_logits = kwargs.get("s_aux")  # learned attention sinks (GPT-OSS, MiMo-V2-Flash): [H] logits
     indices = kwargs.get("indices")  # DeepSeek sparse attention's top-k keys per query: posenc.hf.sparse
-    if indices is not None:
-        attention_mask = sparse.key_positions(attention_mask)
+    attention_mask = sparse.key_positions(attention_mask)  # a DSA module's [B,1,1,Nk] positions (with or
+    # without indices: Dots3's layers without an indexer get them too) -> [B,Nk]; anything else unchanged
     B, H, Nq, D = query.shape
     k_pos_raw = _key_positions(query, key.shape[2], attention_mask, kwargs)
     key_mask = k_pos_raw >= 0  # [B,Nk]

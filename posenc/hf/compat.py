@@ -302,9 +302,28 @@ def tiny_config(config_cls, **overrides):
     family = FAMILY_OVERRIDES.get(getattr(config_cls, "model_type", ""))
     if family is not None:
         kwargs.update(family(base, kwargs))
+    kwargs.update(_even_rotary_head_dim(base, kwargs))
     config = config_cls(**{**kwargs, **overrides})
     config._attn_implementation = "eager"
     return config
+
+
+def _even_rotary_head_dim(base, kwargs) -> dict:
+    """``{"head_dim": d}`` when the tiny head_dim times a partial rotary factor of the config rounds down
+    to an odd rotary dim (MiMo-V2-Flash: 0.334 x 16 = 5, where the published 0.334 x 192 = 64): the
+    smallest multiple of 8 above it that gives every factor an even rotary dim; else nothing."""
+    head_dim = kwargs.get("head_dim")
+    if not isinstance(head_dim, int):
+        return {}
+    rp = kwargs.get("rope_parameters", getattr(base, "rope_parameters", None)) or {}
+    groups = [v for v in rp.values() if isinstance(v, dict)] or [rp]
+    factors = [float(f) for f in [getattr(base, "partial_rotary_factor", None)]
+               + [g.get("partial_rotary_factor") for g in groups] if f]
+    if all(int(head_dim * f) % 2 == 0 for f in factors):
+        return {}
+    d = next((d for d in range(head_dim + 8, 8 * head_dim + 1, 8)
+              if all(int(d * f) % 2 == 0 and int(d * f) > 0 for f in factors)), head_dim)
+    return {"head_dim": d}
 
 
 # ----------------------------------------------------------------------------- families

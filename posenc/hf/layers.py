@@ -60,10 +60,15 @@ def is_nested(config) -> bool:
 
 def rope_parameters(config, layer_type: str | None = None) -> dict | None:
     """The flat rope parameters of one layer type (``None``: a type without RoPE). On a model with
-    parameters per layer type, ``layer_type=None`` means :data:`DEFAULT_TYPE`."""
+    parameters per layer type, ``layer_type=None`` means :data:`DEFAULT_TYPE`, or the first layer type
+    with RoPE when the model has no such type."""
     rp = getattr(config, "rope_parameters", None) or {}
     if is_nested(config):
         key = layer_type or DEFAULT_TYPE
+        if layer_type is None and key not in rp:  # no full_attention type (ZAYA's 'hybrid', Dots3's
+            # 'indexed_attention'): the first layer type, in layer order, that has RoPE
+            order = list(getattr(config, "layer_types", None) or []) + list(rp)
+            key = next((t for t in order if rp.get(t) is not None), key)
         if key not in rp:
             raise ValueError(f"{config.model_type}: rope_parameters are given per layer type {sorted(rp)}; "
                              f"none for {key!r}")

@@ -46,8 +46,18 @@ def dsa_modules(attention_modules) -> list:
 
 
 def check(attention_modules, rotary_modules) -> None:
-    """Refuse (``ValueError``) DSA models posenc's hooks cannot serve exactly: the indexer's real
-    ``(cos, sin)`` is taken from the model's single rotary module."""
+    """Refuse (``ValueError``) DSA models posenc's hooks cannot serve exactly: an indexer whose selection
+    does not reach the attention function as ``indices`` (read from the module's ``forward`` source), or
+    more than one rotary module (the indexer's real ``(cos, sin)`` is taken from the model's one)."""
+    for m in dsa_modules(attention_modules):
+        try:
+            src = inspect.getsource(type(m).forward)
+        except (OSError, TypeError):
+            src = ""
+        if "indices=" not in src:  # Qwen4-Exp's QSA indexer returns a token mask it applies itself
+            raise ValueError(f"{type(m).__name__}: sparse attention whose indexer does not hand its selection to "
+                             "the attention function as `indices` (not DeepSeek's lightning indexer); posenc "
+                             "cannot honour that selection")
     if dsa_modules(attention_modules) and len(rotary_modules) != 1:
         raise ValueError(f"DeepSeek sparse attention with {len(rotary_modules)} rotary modules (the indexer's "
                          "rotation is taken from the model's one rotary module)")
