@@ -178,7 +178,9 @@ def _calls_attention_interface(module) -> bool:
         src = inspect.getsource(type(module).forward)
     except (OSError, TypeError):
         return True
-    return any(word in src for word in ("ALL_ATTENTION_FUNCTIONS", "attention_interface", "_attn_implementation"))
+    # (not merely "_attn_implementation": Falcon's eager module reads it to choose between SDPA and its own
+    # matmul, and never calls the interface)
+    return any(word in src for word in ("ALL_ATTENTION_FUNCTIONS", "attention_interface"))
 
 
 def interface_modules(attention_modules) -> list:
