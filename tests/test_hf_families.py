@@ -222,7 +222,8 @@ def test_gemma3_native_yarn_on_global_layers():
 
 
 # ===================================================================== save / load
-@pytest.mark.parametrize("family", ["gemma3", "ministral3", "qwen3_next", "llama4", "deepseek_v3"])
+@pytest.mark.parametrize("family", ["gemma3", "ministral3", "qwen3_next", "llama4", "deepseek_v3", "deepseek_v2",
+                                    "gpt_oss", "deepseek_v32"])
 def test_save_load_round_trip(family, tmp_path):
     kw = {"layer_types": ("sliding_attention", "full_attention")} if family == "gemma3" else {}
     model = hf.extend(make_model(family), "rerope", window=8, **kw)
