@@ -514,5 +514,17 @@ def test_rope_condition_on_other_names_counts_as_rotating():
         def forward(self, x):
             return x
 
+    class SharedKV(torch.nn.Module):  # Gemma 3n: q always rotated, k only where the layer makes its own
+        is_kv_shared_layer = True
+
+        def forward(self, x, shared):
+            q = apply_rotary_pos_emb(x, None, None)  # noqa: F821
+            if self.is_kv_shared_layer:
+                k = shared
+            else:
+                k = apply_rotary_pos_emb(x, None, None)  # noqa: F821
+            return q, k
+
     assert rotates_in_forward(Plain()) is True and rotates_in_forward(Global()) is False
+    assert rotates_in_forward(SharedKV()) is True
     assert rotates_in_forward(NoCall()) is None

@@ -128,12 +128,13 @@ def uses_rope(config, module) -> bool:
 
 def rotates_in_forward(module) -> bool | None:
     """Whether the module's ``forward`` calls ``apply_rotary_pos_emb`` (or a variant: a function named
-    ``apply_rotary*`` / ``apply_rope*``), judged from its source: every
-    ``if`` around the call whose test reads only ``self`` (``if self.sliding_window is None or
-    self.is_sliding:``, EXAONE 4; ``if self.is_local_attention:``, AFMoE) is evaluated on this module
-    (the call in its ``else`` branch: negated). False: a NoPE layer; True: the rotation runs; None: no
-    call found, no readable source, or only tests on other names (``position_embeddings is not None``:
-    taken as true, the rotation runs)."""
+    ``apply_rotary*`` / ``apply_rope*``), judged from its source. A call counts unless an ``if`` around it
+    whose test reads only ``self`` excludes it on this module (``if self.sliding_window is None or
+    self.is_sliding:``, EXAONE 4; ``if self.is_local_attention:``, AFMoE; a call in the ``else`` branch
+    needs the test false). False: every call excluded (a NoPE layer); True: some call runs (Gemma 3n's
+    KV-shared layers rotate q outside ``if self.is_kv_shared_layer:`` and only k inside its ``else``);
+    None: no call found or no readable source. Tests on other names (``position_embeddings is not
+    None``) are not evaluated: taken as true."""
     import ast
     import inspect
     import textwrap
@@ -143,24 +144,37 @@ def rotates_in_forward(module) -> bool | None:
     except (OSError, TypeError, SyntaxError):
         return None
 
-    def calls_rope(nodes) -> bool:  # apply_rotary_pos_emb and its variants (DeepSeek's ..._interleave)
-        return any(isinstance(n, ast.Call) and str(getattr(n.func, "id", getattr(n.func, "attr", "")))
-                   .startswith(("apply_rotary", "apply_rope")) for stmt in nodes for n in ast.walk(stmt))
+    def is_rope_call(n) -> bool:
+        return isinstance(n, ast.Call) and str(getattr(n.func, "id", getattr(n.func, "attr", ""))).startswith(
+            ("apply_rotary", "apply_rope"))
 
-    found, rotates = calls_rope(tree.body), True
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If) or not ({n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
-                                                <= {"self"}):
-            continue
-        in_body, in_else = calls_rope(node.body), calls_rope(node.orelse)
-        if in_body == in_else:  # not around the call, or the call on both sides
-            continue
+    def verdict(test) -> bool | None:  # the test's value on this module, None when not decidable
+        if not {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} <= {"self"}:
+            return None
         try:
-            cond = bool(eval(compile(ast.Expression(node.test), "<rope condition>", "eval"), {}, {"self": module}))
-        except Exception:  # an attribute this module lacks: no verdict from this test
-            continue
-        rotates = rotates and (cond if in_body else not cond)
-    return rotates if found else None
+            return bool(eval(compile(ast.Expression(test), "<rope condition>", "eval"), {}, {"self": module}))
+        except Exception:  # an attribute this module lacks
+            return None
+
+    found, active = False, False
+
+    def visit(node, reachable: bool) -> None:
+        nonlocal found, active
+        if is_rope_call(node):
+            found, active = True, active or reachable
+        if isinstance(node, ast.If):
+            cond = verdict(node.test)
+            visit(node.test, reachable)
+            for child in node.body:
+                visit(child, reachable and cond is not False)
+            for child in node.orelse:
+                visit(child, reachable and cond is not True)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, reachable)
+
+    visit(tree, True)
+    return active if found else None
 
 
 def mla_nope_dims(module) -> int:
