@@ -122,12 +122,14 @@ def test_train_then_evaluate_checkpoint_and_cli(tmp_path, monkeypatch, capsys):
     assert recs[0]["ppl"] < 257  # better than uniform after a few steps
     out = tmp_path / "eval.json"
     rc = cli_main(["eval", cfg.out_dir, "--lengths", "32", "64", "--methods", "pi", "--max-windows", "1",
-                   "--json", str(out), "--quiet"])
+                   "--json", str(out), "--out", str(tmp_path / "eval.jsonl"), "--quiet"])
     assert rc == 0
     table = capsys.readouterr().out
     assert "ppl" in table and "pi" in table
     saved = json.loads(out.read_text())
     assert [(r["eval_len"], r["method"]) for r in saved] == [(32, "none"), (32, "pi"), (64, "none"), (64, "pi")]
+    lines = (tmp_path / "eval.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == saved  # --out: the same records, one per line
 
 
 def test_hf_model_without_text_errors_cleanly(capsys):

@@ -23,6 +23,7 @@ def add_parser(sub) -> None:
     p.add_argument("--passkey", action="store_true", help="also run passkey retrieval at each length")
     add_device(p)
     p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
+    p.add_argument("--out", default=None, help="write the records as JSON lines here (one record per line)")
     add_quiet(p, "no progress bars")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="also write results.json, report.md, report.html and plots (as posenc bench does)")
@@ -39,7 +40,6 @@ def _add_hf_args(p: argparse.ArgumentParser) -> None:
     add_factor_window(p)
     p.add_argument("--passkey-trials", type=int, default=0, help="passkey prompts per depth (0: skip passkey)")
     p.add_argument("--passkey-depths", type=floats, default=[0.5])
-    p.add_argument("--out", default=None, help="write the records as JSON lines here")
 
 
 def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
@@ -78,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(records))
     if args.report:
         _write_report(args, records)
-    if args.json:
-        from posenc.lab.atomic import atomic_write_bytes
+    from posenc.lab.atomic import atomic_write_bytes
 
+    if args.json:
         atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
+    if args.out:  # one record per line
+        atomic_write_bytes(Path(args.out), "".join(json.dumps(r) + "\n" for r in records).encode())
     return 0
 
 
