@@ -205,9 +205,10 @@ class FloaterEmbedding(PositionEmbedding):
     ``h`` is a one-hidden-layer tanh MLP of ``[p, t]`` and ``p(0) = p0`` is learned. Solved with
     ``torchdiffeq.odeint`` (not the adjoint: gradients flow through the solver's steps):
 
-    * ``method="rk4"`` (default): one classical RK4 step per position on the grid ``0, delta, 2 delta, ...``
-      up to the largest requested position (4 MLP evaluations per position). Deterministic, so the values at
-      positions ``[0, N)`` are identical whatever longer range is solved.
+    * ``method="rk4"`` (default): one fixed fourth-order Runge-Kutta step per position on the grid ``0, delta,
+      2 delta, ...`` up to the largest requested position (4 MLP evaluations per position). torchdiffeq's
+      ``rk4`` is the 3/8-rule variant (``rk4_alt_step_func``), not the classical 1/6-1/3-1/3-1/6 tableau.
+      Deterministic, so the values at positions ``[0, N)`` are identical whatever longer range is solved.
     * ``method="dopri5"``: adaptive Dormand-Prince on the sorted unique requested positions only, with
       ``rtol``/``atol`` (default 1e-5 / 1e-7); cheaper for sparse far positions; prefix-stable within
       that tolerance.

@@ -161,7 +161,7 @@ def _scaling(m: Method, scheme, factor=None, **params):
     needs_factor = m.param("factor") is not None and m.param("factor").required
     if needs_factor and factor is None and "alpha" not in params:
         raise ValueError(f"method {rope_type!r} needs factor (e.g. target length / train_len = "
-                         f"{'N'}/{train_len})")
+                         f"N/{train_len})")
     scaling = {"rope_type": rope_type, "original_max_position_embeddings": train_len,
                **m.filled_defaults(train_len), **params}
     if factor is not None:
