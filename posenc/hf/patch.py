@@ -122,9 +122,9 @@ def scheme_from_config(config, layer_type: str | None = None) -> PositionScheme:
     if rope_type != "default":
         scaling = {k: v for k, v in rp.items() if k not in ("rope_theta", "partial_rotary_factor", "type")}
         scaling.setdefault("original_max_position_embeddings", train_len_of(config))
-        if rope_type == "longrope" and getattr(config, "max_position_embeddings", None):
-            # without "factor", transformers infers it as max_position_embeddings / original (Phi-3.5's
-            # LongRoPE: 131072 / 4096 -> attention factor sqrt(1 + ln 32 / ln 4096))
+        if "factor" not in scaling and getattr(config, "max_position_embeddings", None):
+            # a schedule given without "factor" takes it as max_position_embeddings / original, as
+            # transformers does (Phi-3.5's LongRoPE: 131072 / 4096 -> attention factor sqrt(1 + ln 32 / ln 4096))
             scaling.setdefault("max_position_embeddings", int(config.max_position_embeddings))
     if rope_type == "proportional":  # Gemma 4 / LFM 3: zero frequencies past the rotated share, whole head
         scaling["partial_rotary_factor"], partial = float(partial), 1.0
