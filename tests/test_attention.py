@@ -283,6 +283,20 @@ def test_infini_memory_carries_across_segments():
     assert not torch.allclose(a[:, 8:], b[:, 8:])  # later segments see the first through memory
 
 
+def test_infini_refuses_padding_cache_and_context():
+    """The compressive memory folds every token into its state: padding, a cache or a context would be read
+    wrongly, so each is refused by name; an all-True key mask is no padding and runs."""
+    m = PositionalAttention(32, 4, PositionScheme.preset("infini", train_len=64, segment_len=8))
+    x = torch.randn(2, 16, 32)
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    assert_close(m(x, key_mask=mask), m(x))
+    mask[0, :3] = False
+    with pytest.raises(ValueError, match="infini.*padding"):
+        m(x, key_mask=mask)
+    with pytest.raises(ValueError, match="no KV cache or context"):
+        m(x, context=(torch.zeros(2, 4, 4, 8), torch.zeros(2, 4, 4, 8), torch.zeros(2, 4, dtype=torch.long)))
+
+
 # ------------------------------------------------------------------ fast paths == reference for every preset
 TRAINED = list(PositionScheme.presets())
 _INFERENCE_PARAMS = {

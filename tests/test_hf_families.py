@@ -125,13 +125,7 @@ def test_none_unchanged_and_engine_identity_equals_transformers(family):
     """"none" is the untouched model; the engine with a method that equals plain RoPE here (ReRoPE with a
     window longer than the sequence) reproduces transformers' logits on a left-padded batch: per-layer-type
     bases, NoPE layers, chunked attention, MLA's rotated slice, complex rotary, Mistral 3's beta scaling."""
-    model = make_model(family)
-    x, mask, pos = prompts()
-    ref = logits(model, x, mask, pos)
-    assert torch.equal(logits(hf.extend(copy.deepcopy(model), "none"), x, mask, pos), ref)
-    ext = hf.extend(copy.deepcopy(model), "rerope", window=64)
-    assert ext.config._attn_implementation == "posenc"
-    assert_close(logits(ext, x, mask, pos), ref, rtol=1e-4, atol=1e-5)
+    _assert_none_and_engine_logits_equal_transformers(make_model(family))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -306,15 +300,22 @@ def _built(cls, **kw):
     return transformers.AutoModelForCausalLM.from_config(cfg).eval()
 
 
-def _assert_none_and_engine_equal_transformers(model):
+def _assert_none_and_engine_logits_equal_transformers(model):
     """extend(model, "none") is the untouched model; the engine running plain RoPE (ReRoPE with a window past
-    the sequence) reproduces its logits on a left-padded batch, and so does cached greedy decoding."""
+    the sequence) reproduces its logits on a left-padded batch. Returns the extended model."""
     x, mask, pos = prompts()
     ref = logits(model, x, mask, pos)
     assert torch.equal(logits(hf.extend(copy.deepcopy(model), "none"), x, mask, pos), ref)
     ext = hf.extend(copy.deepcopy(model), "rerope", window=64)
     assert ext.config._attn_implementation == "posenc"
     assert_close(logits(ext, x, mask, pos), ref, rtol=1e-4, atol=1e-5)
+    return ext
+
+
+def _assert_none_and_engine_equal_transformers(model):
+    """The logits check above, and cached greedy decoding equals uncached decoding on the extended model."""
+    ext = _assert_none_and_engine_logits_equal_transformers(model)
+    x, mask, _ = prompts()
     kw = dict(attention_mask=mask, max_new_tokens=4, do_sample=False)
     with torch.no_grad():
         assert torch.equal(ext.generate(x, use_cache=True, **kw), ext.generate(x, use_cache=False, **kw))

@@ -64,6 +64,16 @@ class PositionalAttention(nn.Module):
         v = self.v_proj(x).view(B, N, self.n_kv_heads, self.head_dim).transpose(1, 2)
         return q, k, v
 
+    def _check_memory_inputs(self, cache, context, key_mask):
+        """The compressive memory reads every token of every segment: it has no padding, cache or context form."""
+        kind = self.scheme.memory.kind
+        if cache is not None or context is not None:
+            raise ValueError(f"scheme {self.scheme.name!r} carries a {kind} memory: it takes no KV cache or context "
+                             "(its state is the memory itself); run the whole sequence in one call")
+        if key_mask is not None and not bool(torch.as_tensor(key_mask).all()):
+            raise ValueError(f"scheme {self.scheme.name!r} carries a {kind} memory, which would fold padding tokens "
+                             "into its state; pass unpadded sequences (key_mask all True)")
+
     def forward(self, x, positions=None, impl: str = "auto", cache=None, layer: int | None = None,
                 context=None, key_mask=None):
         """``context``: optional ``(k_ctx, v_ctx, pos_ctx)`` extra keys placed before x's keys
@@ -82,6 +92,7 @@ class PositionalAttention(nn.Module):
         positions = as_positions(positions, B, N, x.device)
         q, k, v = self.project(x)
         if self.memory is not None:
+            self._check_memory_inputs(cache, context, key_mask)
             out = self.memory(q, k, v, positions, lambda *a, **kw: run_attention(self.parts, *a, impl=impl, **kw))
         else:
             k_pos = positions

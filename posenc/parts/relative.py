@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 
 from posenc._util import check_positive_int
+from posenc.parts.absolute import sinusoidal_encoding
 
 
 def _gather_rel(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -105,10 +106,9 @@ class TransformerXLRelative(RelativePart):
 
     def _r(self, max_d: int, dtype, device):
         """W_R R_d for d = 0..max_d: [H, max_d+1, D]; R_d sinusoidal (XL's order: sin | cos)."""
-        d = torch.arange(max_d + 1, device=device, dtype=torch.float64)
-        inv = self.base ** (-torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float64) / self.head_dim)
-        ang = d[:, None] * inv[None]
-        R = torch.cat([ang.sin(), ang.cos()], dim=-1).to(dtype)  # [M, D]
+        d = torch.arange(max_d + 1, device=device)
+        pe = sinusoidal_encoding(d, self.head_dim, self.base, torch.float64).unflatten(-1, (-1, 2))  # [M,D/2,(sin,cos)]
+        R = torch.cat([pe[..., 0], pe[..., 1]], dim=-1).to(dtype)  # [M, D]: sin | cos halves
         return torch.einsum("md,hde->hme", R, self.w_r.to(dtype))
 
     def scores(self, q, k, q_pos, k_pos, scale):
