@@ -92,6 +92,12 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["f.bin"]
 
 
+def test_atomic_writes_are_ordinary_readable_files(tmp_path):
+    """mkstemp makes 0600 files; a written cache entry or result is 0644 like a checkpoint."""
+    atomic_write_bytes(tmp_path / "f.bin", b"x")
+    assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o644
+
+
 def test_prepare_bpe(tiny_corpus, tmp_path):
     p = D.prepare(str(tiny_corpus), "bpe", tmp_path / "c", tokenizer_kwargs={"vocab_size": 300})
     assert (p.path / "tokenizer.json").exists() and p.vocab_size <= 300

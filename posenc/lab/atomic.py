@@ -7,17 +7,17 @@ import tempfile
 from pathlib import Path
 
 
-def write_temp(folder: Path, name: str, data: bytes, mode: int | None = None) -> Path:
-    """Write ``data`` to a fsynced temp file ``folder/.name.*.tmp`` (``chmod`` to ``mode`` if given) and
-    return its path; on failure the temp file is removed."""
+def write_temp(folder: Path, name: str, data: bytes, mode: int = 0o644) -> Path:
+    """Write ``data`` to a fsynced temp file ``folder/.name.*.tmp``, ``chmod`` to ``mode`` (mkstemp makes
+    0600; results, caches and checkpoints are ordinary readable files), and return its path; on failure the
+    temp file is removed."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
     except BaseException:
         os.unlink(tmp)
         raise

@@ -58,8 +58,7 @@ def _commit(folder: Path, files: dict[str, bytes]) -> None:
     temps: list[tuple[Path, Path]] = []
     try:
         for name, data in files.items():
-            # mkstemp makes 0600; a checkpoint is an ordinary readable file
-            temps.append((write_temp(folder, name, data, mode=0o644), folder / name))
+            temps.append((write_temp(folder, name, data), folder / name))
         for tmp, dest in temps:
             os.replace(tmp, dest)
     finally:
