@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posenc.cli import main as cli_main
-from posenc.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults
+from posenc.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults, model_variant
 from posenc.lab.tokenizer import ByteTokenizer
 from posenc.lab.train import TrainConfig, train
 from posenc.models.tinylm import LMConfig, TinyLM
@@ -96,6 +96,21 @@ def test_method_that_does_not_apply_reports_the_reason():
     by = {r["method"]: r for r in recs}
     assert by["none"]["status"] == "ok" and by["sliding_window"]["status"] == "ok"
     assert by["pi"]["status"] == "not_applicable" and "RoPE" in by["pi"]["note"]
+
+
+def test_methods_on_a_layer_pattern_default_from_its_rope_layers():
+    """rope_base's default scales the base of the layers it extends: 5e5 on a pattern whose RoPE layers all
+    rotate at 5e5 (it used to read the pattern's absent rope and start from 1e4); on Gemma 3's two bases no one
+    default fits and the method is refused; a base-free default (YaRN's factor) still applies to both."""
+    torch.manual_seed(0)
+    one = PositionScheme.preset("nope_every4", train_len=32, every=2, base=5e5)
+    _, params = model_variant(TinyLM(LMConfig(257, 32, 2, 2, one, 32)), "rope_base", 64)
+    assert params["base"] == pytest.approx(5e5 * 2 ** (16 / 14))
+    two = TinyLM(LMConfig(257, 32, 2, 2, PositionScheme.preset("local_global", train_len=32, every=2), 32))
+    with pytest.raises(ValueError, match=r"rope_base.*different parameters.*layers=\["):
+        model_variant(two, "rope_base", 64)
+    variant, params = model_variant(two, "yarn", 64)
+    assert params == {"factor": 2.0} and all(s.rope.scaling["rope_type"] == "yarn" for s in variant.cfg.layer_schemes)
 
 
 def test_passkey_rate_and_too_short_prompt():

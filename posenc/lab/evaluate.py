@@ -55,16 +55,22 @@ def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int
 
 
 def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
-    """``model`` under ``method`` (``ValueError`` when the method does not apply)."""
+    """``model`` under ``method`` (``ValueError`` when the method does not apply). The length defaults read
+    the RoPE of the model's layers (each layer of a pattern; base 1e4 and the full head when none rotates);
+    where the RoPE layers differ in a way that changes them (``rope_base`` on Gemma 3's 1e4 and 1e6 layers),
+    no one default fits and the method is refused rather than given one layer's value."""
     if is_identity(method):
         return model, {}
-    rope = model.scheme.rope
-    head_dim = model.cfg.dim // model.cfg.n_heads
-    if rope is not None:
-        head_dim = int(head_dim * getattr(rope, "partial_rotary_factor", 1.0))
-    params = length_defaults(method, model.cfg.train_len, eval_len, head_dim=head_dim,
-                           base=getattr(rope, "base", 10000.0) if rope is not None else 10000.0)
-    return model.with_scheme(method, **params), params
+    full = model.cfg.dim // model.cfg.n_heads
+    ropes = sorted({(s.rope.base, s.rope.partial_rotary_factor)
+                    for s in model.cfg.layer_schemes if s.rope is not None}) or [(10000.0, 1.0)]
+    options = [length_defaults(method, model.cfg.train_len, eval_len, head_dim=int(full * part), base=base)
+               for base, part in ropes]
+    if any(o != options[0] for o in options):
+        raise ValueError(f"method {method!r} defaults to different parameters on this model's RoPE layers "
+                         f"(base, rotary fraction) {ropes}: {options}; apply it per layer with "
+                         f"model.with_scheme({method!r}, layers=[...], ...)")
+    return model.with_scheme(method, **options[0]), options[0]
 
 
 def _passkey_rate(logits_fn, tokenizer, eval_len: int, n_trials: int, seed: int) -> float:
