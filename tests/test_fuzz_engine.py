@@ -6,7 +6,9 @@ Drawn per example: a scheme (any preset, trained or inference-time, ``+`` compos
 anywhere in their valid ranges, optional soft-cap), batch 1-3, query heads = key/value heads x 1-3
 (GQA), head dim 4-32, Nk from 1 to 256 (CI) / 384 (fuzz) and Nq = Nk (a full forward) or the last
 Nq <= Nk positions (a prefill continuing a cache / a decode step), left padding per row through
-``key_mask`` (sometimes every key but one), fp32 or bf16.
+``key_mask`` (sometimes every key but one), fp32 or bf16, and in a quarter of the cases learned attention sinks
+(GPT-OSS's ``s_aux``: one logit per head in every softmax denominator; the backends that cannot add them
+pass the call on, so every impl still answers).
 
 Paths: ``reference`` (in the example's dtype), ``sdpa``, ``blockwise``, ``toeplitz``, ``band``, ``sinks``,
 ``auto`` and the non-compiled ``flex`` routes (band merge, sinks + window, blockwise fallback) through
@@ -44,7 +46,7 @@ from posenc import PositionScheme
 from posenc._util import relative_error
 from posenc.engine import AttentionParts, run_attention
 from posenc.engine.backends import BY_NAME
-from posenc.engine.dispatch import make_call, run_backend
+from posenc.engine.dispatch import _sinks_reason, make_call, run_backend
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2.0 ** -4}
 N_MAX = 384 if FUZZ else 256  # CI: Nq * Nk <= 256^2, so "auto" never picks the compiled flex path
@@ -55,12 +57,14 @@ EAGER_IMPLS = ("reference", "sdpa", "blockwise", "toeplitz", "band", "sinks", "a
 class Case:
     """Tensors, positions and the scheme's runtime parts (fp32 reference parts + the example's dtype)."""
 
-    def __init__(self, drawn, B, H, Hk, D, Nq, Nk, pads, dtype, seed):
+    def __init__(self, drawn, B, H, Hk, D, Nq, Nk, pads, dtype, seed, sinks=False):
         self.drawn, self.dtype = drawn, dtype
         g = torch.Generator().manual_seed(seed)
         q = torch.randn(B, H, Nq, D, generator=g)
         k, v = (torch.randn(B, Hk, Nk, D, generator=g) for _ in range(2))
         self.q, self.k, self.v = (t.to(dtype) for t in (q, k, v))
+        # learned sinks: logits around the scale of the scores, so a sink takes a real share of the weight
+        self.sink_logits = (torch.randn(H, generator=g) * 2).to(dtype) if sinks else None
         valid = torch.arange(Nk)[None] >= torch.tensor(pads)[:, None]  # [B,Nk] left padding
         k_pos = (valid.long().cumsum(1) - 1).clamp(min=0)
         self.k_pos, self.q_pos = k_pos, k_pos[:, Nk - Nq:]
@@ -78,26 +82,35 @@ class Case:
         B, H, Nq, D = self.q.shape
         pads = (~self.key_mask).sum(1).tolist() if self.key_mask is not None else 0
         return (f"Case({self.drawn!r}, B={B}, H={H}, Hk={self.k.shape[1]}, D={D}, Nq={Nq}, Nk={self.k.shape[2]}, "
-                f"pads={pads}, dtype={self.dtype})")
+                f"pads={pads}, dtype={self.dtype}, sinks={self.sink_logits is not None})")
 
     def run(self, impl, parts=None):
         with torch.no_grad():
             return run_attention(parts or self.parts, self.q, self.k, self.v, self.q_pos, self.k_pos, impl=impl,
-                                 key_mask=self.key_mask)
+                                 key_mask=self.key_mask, sink_logits=self.sink_logits)
 
     def reference32(self):
         with torch.no_grad():
+            sinks = None if self.sink_logits is None else self.sink_logits.float()
             return run_attention(self.ref_parts, self.q.float(), self.k.float(), self.v.float(), self.q_pos,
-                                 self.k_pos, impl="reference", key_mask=self.key_mask)
+                                 self.k_pos, impl="reference", key_mask=self.key_mask, sink_logits=sinks)
+
+    def call(self):
+        return make_call(self.parts, self.q, self.k, self.v, self.q_pos, self.k_pos, self.key_mask,
+                         sink_logits=self.sink_logits)
+
+    def applies(self, name, call) -> bool:
+        """Whether backend ``name`` computes ``call`` itself (learned sinks included)."""
+        return (_sinks_reason(BY_NAME[name], call) or BY_NAME[name].why_not(call)) is None
 
     def direct_paths(self):
         """The band merge and sinks + window backends run directly whenever their own ``why_not`` says they
         apply (``auto`` reaches them only from 64 queries on, and through ``flex`` only past 256 x 256)."""
         out = {}
         with torch.no_grad():
-            call = make_call(self.parts, self.q, self.k, self.v, self.q_pos, self.k_pos, self.key_mask)
+            call = self.call()
             for name in ("band", "sinks"):
-                if BY_NAME[name].why_not(call) is None:
+                if self.applies(name, call):
                     out[name] = run_backend(BY_NAME[name], call)
         return out
 
@@ -129,7 +142,8 @@ def cases(draw, n_max=N_MAX, lengths=None):
         pads = [draw(st.sampled_from([0, Nk - 1]) | st.integers(0, Nk - 1)) for _ in range(B)]
     dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]))
     drawn = draw(schemes(D))
-    return Case(drawn, B, H, Hk, D, Nq, Nk, pads, dtype, draw(st.integers(0, 2 ** 16)))
+    return Case(drawn, B, H, Hk, D, Nq, Nk, pads, dtype, draw(st.integers(0, 2 ** 16)),
+                sinks=draw(st.integers(0, 3)) == 0)
 
 
 # ====================================================================== tests
@@ -138,7 +152,7 @@ def cases(draw, n_max=N_MAX, lengths=None):
 def test_every_eager_path_equals_reference(case):
     outputs = {impl: case.run(impl) for impl in EAGER_IMPLS}
     with torch.no_grad():  # (learned biases count as fixed only without autograd, as in case.run)
-        compiled = BY_NAME["flex"].why_not(make_call(case.parts, case.q, case.k, case.v)) is None
+        compiled = case.applies("flex", case.call())
     if not compiled:  # flex here is the band / sinks / blockwise route
         outputs["flex"] = case.run("flex")
     outputs.update(case.direct_paths())
