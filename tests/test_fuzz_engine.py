@@ -146,7 +146,22 @@ def cases(draw, n_max=N_MAX, lengths=None):
                 sinks=draw(st.integers(0, 3)) == 0)
 
 
+def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, sinks=False, method=None, **params):
+    from fuzz_support import Drawn
+
+    scheme = PositionScheme.preset(name, **params)
+    recipe = f"preset({name!r}, **{params!r})"
+    if method is not None:
+        scheme, recipe = scheme.extend(method[0], **method[1]), recipe + f".extend({method[0]!r}, **{method[1]!r})"
+    return Case(Drawn(scheme, recipe), len(pads), H, Hk, D, Nq, Nk, pads, dtype, 0, sinks=sinks)
+
+
 # ====================================================================== tests
+# learned sinks on the backends that cannot add them: they must pass the call on (band merge, sinks + window,
+# toeplitz from 64 queries on), padding rows included
+@example(case=_pinned("rope", 80, 80, [0, 79], train_len=16, sinks=True, method=("rerope", {"window": 8})))
+@example(case=_pinned("rope", 70, 90, [3, 0], train_len=16, sinks=True, method=("streaming_llm", {"window": 20})))
+@example(case=_pinned("alibi", 96, 96, [0, 0], torch.bfloat16, train_len=16, sinks=True))
 @settings(max_examples=examples(ci=12, fuzz=2500))
 @given(case=cases())
 def test_every_eager_path_equals_reference(case):
@@ -160,13 +175,6 @@ def test_every_eager_path_equals_reference(case):
 
 
 FLEX_LENGTHS = [(1, 1), (40, 40), (5, 56), (129, 129), (200, 200), (64, 300)]
-
-
-def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, **params):
-    from fuzz_support import Drawn
-
-    scheme = PositionScheme.preset(name, **params)
-    return Case(Drawn(scheme, f"preset({name!r}, **{params!r})"), len(pads), H, Hk, D, Nq, Nk, pads, dtype, 0)
 
 
 @pytest.mark.compile
