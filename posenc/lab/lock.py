@@ -46,14 +46,23 @@ class FolderLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> FolderLock:
-        """Take the lock or raise :class:`FolderInUseError` at once (never waits)."""
+    def acquire(self, wait: float = 0.0) -> FolderLock:
+        """Take the lock, waiting up to ``wait`` seconds for another holder to let go (default: not at all),
+        else raise :class:`FolderInUseError`."""
         if self._fd is not None:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)

