@@ -169,6 +169,17 @@ def _scaling(m: Method, scheme, factor=None, **params):
     return replace(scheme, rope=replace(rope, scaling=scaling))
 
 
+def _dynamic(m: Method, scheme, step=None, **params):
+    """A dynamic schedule (:func:`_scaling`) whose length is recomputed every ``step`` positions:
+    ``rope.dynamic_step`` (query m uses the schedule of length ``ceil((m + 1) / step) * step``, so a full
+    forward still equals cached decoding; ``step=1`` is the exact per-token form). A larger step lets the
+    engine run the queries of one step in one call instead of one call per position."""
+    s = _scaling(m, scheme, **params)
+    if step is None:
+        return s
+    return replace(s, rope=replace(s.rope, dynamic_step=check_positive_int(f"{m.name}.step", step)))
+
+
 def _base_change(m: Method, scheme, base=None):
     rope = _need_rope(scheme, m.name)
     if base is None:
@@ -333,6 +344,7 @@ _YARN_PARAMS = (_factor(), Param("beta_fast", 32.0, minimum=0.0, strict=True),
                 Param("truncate", True))
 
 _ROPE = ("rope.scaling",)
+_STEP = Param("step", 1, minimum=1, integer=True)  # dynamic schedules: recompute the length every `step` positions
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("pi", "frequencies", "Chen et al. 2023: positions divided by factor", "arXiv:2306.15595", _scaling,
@@ -345,15 +357,15 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            _scaling, (_factor(), Param("b", 0.75, minimum=0.0, strict=True)), _ROPE, scaling_type="ntk_mixed",
            eval_defaults=_factor_default),
     Method("dynamic_ntk", "frequencies", "HF dynamic NTK: base grows with length", "https://redd.it/14mrgpr",
-           _scaling, (Param("factor", 1.0, minimum=1.0, filled=True),), _ROPE, scaling_type="dynamic",
-           dynamic=True, hf_rope_type="dynamic"),
+           _dynamic, (Param("factor", 1.0, minimum=1.0, filled=True), _STEP), _ROPE,
+           scaling_type="dynamic", dynamic=True, hf_rope_type="dynamic"),
     Method("dynamic_ntk_qwen", "frequencies", "Qwen: alpha = 2^(ceil(log2(t/L))+1) - 1", "arXiv:2309.16609",
-           _scaling, (), _ROPE, scaling_type="dynamic_qwen", dynamic=True),
+           _dynamic, (_STEP,), _ROPE, scaling_type="dynamic_qwen", dynamic=True),
     Method("yarn", "frequencies", "Peng et al. 2023: NTK-by-parts + attention temperature", "arXiv:2309.00071",
            _scaling, _YARN_PARAMS, _ROPE, scaling_type="yarn", eval_defaults=_factor_default, hf_rope_type="yarn",
            hf_native=True, hf_original_len=True),
-    Method("dynamic_yarn", "frequencies", "YaRN with s = max(1, n / L)", "arXiv:2309.00071", _scaling,
-           _YARN_PARAMS[1:3], _ROPE, scaling_type="dynamic_yarn", dynamic=True),
+    Method("dynamic_yarn", "frequencies", "YaRN with s = max(1, n / L)", "arXiv:2309.00071", _dynamic,
+           (*_YARN_PARAMS[1:3], _STEP), _ROPE, scaling_type="dynamic_yarn", dynamic=True),
     Method("llama3", "frequencies", "Meta Llama 3.1 frequency-band scaling", "arXiv:2407.21783", _scaling,
            (_factor(), Param("low_freq_factor", 1.0, minimum=0.0, strict=True, filled=True),
             Param("high_freq_factor", 4.0, minimum=0.0, strict=True, filled=True)), _ROPE, scaling_type="llama3",
