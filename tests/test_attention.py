@@ -185,6 +185,22 @@ def test_dynamic_schedule_is_per_query():
         assert_close(dyn[:, :, m], ref[:, :, m], rtol=1e-4, atol=1e-5, name=f"query {m}")
 
 
+def test_dynamic_step_recomputes_the_schedule_every_step_positions():
+    """``step=s``: query m uses the per-query schedule of position ceil((m+1)/s)*s - 1 (step 1: its own); a
+    query at the end of a step block gives exactly what the per-token schedule gives there."""
+    q, k, v = _qkv(N=96)
+    exact = attention(q, k, v, PositionScheme.preset("dynamic_ntk", train_len=32), impl="reference")
+    one = attention(q, k, v, PositionScheme.preset("dynamic_ntk", train_len=32, step=1), impl="reference")
+    assert_close(one, exact, rtol=0, atol=0, name="step 1")
+    stepped = attention(q, k, v, PositionScheme.preset("dynamic_ntk", train_len=32, step=16), impl="reference")
+    for m in (47, 63, 95):  # ends of step blocks: the same length as the exact schedule
+        assert_close(stepped[:, :, m], exact[:, :, m], rtol=1e-6, atol=1e-7, name=f"query {m}")
+    assert (stepped[:, :, 40] - exact[:, :, 40]).abs().max() > 1e-6  # inside a block: the block's length
+    assert_close(stepped[:, :, :32], exact[:, :, :32], rtol=0, atol=0, name="inside L")
+    with pytest.raises(ValueError, match="step"):
+        PositionScheme.preset("dynamic_ntk", train_len=32, step=0)
+
+
 # ------------------------------------------------------------------ masks against hand-written matrices
 def _grid(mask, n):
     p = torch.arange(n)[None]

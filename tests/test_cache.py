@@ -21,6 +21,7 @@ METHODS = {
     "dynamic_ntk": {"factor": 2.0},
     "dynamic_ntk_qwen": {},
     "dynamic_yarn": {},
+    "dynamic_ntk+step": {"factor": 2.0, "step": 5},  # the schedule recomputed every 5 positions
     "rerope": {"window": 8},
     "leaky_rerope": {"window": 8, "factor": 4.0},
     "selfextend": {"group": 4, "window": 8},
@@ -45,7 +46,7 @@ def make_model(scheme, dim=32, n_layers=2, seed=0):
 def scheme_for(name):
     if name in TRAINED:
         return posenc.PositionScheme.preset(name, train_len=16)
-    return posenc.PositionScheme.preset(name, train_len=16, **METHODS[name])
+    return posenc.PositionScheme.preset(name.removesuffix("+step"), train_len=16, **METHODS[name])
 
 
 def ragged_batch(total=40, short=31, seed=1):
