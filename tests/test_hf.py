@@ -198,9 +198,11 @@ def test_errors_and_scheme_from_config():
 def test_cli_extend_and_hf_eval(tmp_path, capsys):
     from posenc.cli import main
     from posenc.hf.evaluate import evaluate_hf
+    from posenc.hf.export import byte_tokenizer
 
     model = make_model("llama")
     model.save_pretrained(tmp_path / "base")
+    byte_tokenizer().save_pretrained(tmp_path / "base")  # the model's own tokenizer (ids < 257 <= vocab 300)
     x = ids(n=20)
     # transformers-native method: the saved dir is plain transformers with rope_parameters
     assert main(["extend", "--model", str(tmp_path / "base"), "--method", "yarn", "--factor", "4",
@@ -255,3 +257,24 @@ def test_gemma2_softcapping_runs_through_the_engine():
         assert_close(ext(x).logits, ref, rtol=1e-4, atol=1e-5)
         uncapped = make_model("gemma2", attn_logit_softcapping=None)
         assert not torch.allclose(uncapped(x).logits, ref, atol=1e-4)  # the cap changes the logits
+
+
+def test_hf_eval_uses_the_models_own_tokenizer_and_refuses_others(tmp_path):
+    """A byte tokenizer on a model that has its own is refused; a model without a tokenizer is refused; the
+    text is scored with the model's own tokenizer (the same target tokens at every length)."""
+    from posenc.hf.evaluate import evaluate_hf
+    from posenc.hf.export import byte_tokenizer
+    from posenc.lab.tokenizer import make_tokenizer
+
+    make_model("llama").save_pretrained(tmp_path / "bare")
+    text = "The grass is green. The sky is blue. " * 12
+    with pytest.raises(ValueError, match="no tokenizer of its own"):
+        evaluate_hf(tmp_path / "bare", text=text, lengths=[32])
+    byte_tokenizer().save_pretrained(tmp_path / "bare")
+    with pytest.raises(ValueError, match="transformers tokenizer"):
+        evaluate_hf(tmp_path / "bare", text=text, lengths=[32], tokenizer=make_tokenizer("byte"))
+    a = evaluate_hf(tmp_path / "bare", text=text, lengths=[32, 64], max_windows=2, target=16)
+    assert [r["tokens"] for r in a] == [32, 32]  # 2 windows x 16 target tokens at both lengths
+    assert a[0]["target_tokens"] == 16 and a[0]["windows"] == 2
+    with pytest.raises(ValueError, match="needs more than"):
+        evaluate_hf(tmp_path / "bare", text=text[:100], lengths=[200])

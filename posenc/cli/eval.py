@@ -34,12 +34,16 @@ def add_parser(sub) -> None:
 def _add_hf_args(p: argparse.ArgumentParser) -> None:
     """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus`` and ``--max-windows``
     above serve both paths)."""
-    p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model dir under posenc methods")
-    p.add_argument("--text", default=None, help="text file to score (byte tokenizer)")
+    p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model under posenc methods: a folder, "
+                   "a .gguf file, or a bundled model (smollm2); scored with the model's own tokenizer")
+    p.add_argument("--text", default=None, help="text file to score (tokenized with the model's own tokenizer)")
     add_param(p)
     add_factor_window(p)
-    p.add_argument("--passkey-trials", type=int, default=0, help="passkey prompts per depth (0: skip passkey)")
-    p.add_argument("--passkey-depths", type=floats, default=[0.5])
+    p.add_argument("--target", type=int, default=None, help="--hf-model: tokens scored at the end of every window, "
+                   "the same tokens at every length (default: a quarter of the shortest length)")
+    p.add_argument("--passkey-trials", type=int, default=0, help="pass-key contexts per depth and length (0: none)")
+    p.add_argument("--passkey-depths", type=floats, default=None,
+                   help="pass-key depths in [0, 1], e.g. '0.1,0.5,0.9' (default: a random depth per trial)")
 
 
 def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
@@ -48,17 +52,15 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
     from posenc.hf.evaluate import evaluate_hf
 
     if args.text:
-        from posenc.lab.tokenizer import make_tokenizer
-
-        tokens = make_tokenizer("byte").encode_array(Path(args.text).read_text(encoding="utf-8"))
+        text = Path(args.text).read_text(encoding="utf-8")
     elif args.corpus:
-        from posenc.lab.data import prepare
+        from posenc.lab.corpora import load_corpus, split_documents
 
-        tokens = prepare(args.corpus, "byte").split(args.split)
+        text = "\n\n".join(d.text for d in split_documents(load_corpus(args.corpus))[args.split])
     else:
         raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
-    return evaluate_hf(args.hf_model, tokens, args.lengths or [256], args.methods or ["none"],
-                       params=params_from_args(args), max_windows=args.max_windows or 4,
+    return evaluate_hf(args.hf_model, lengths=args.lengths or [256], methods=args.methods or ["none"], text=text,
+                       params=params_from_args(args), max_windows=args.max_windows or 4, target=args.target,
                        passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
 
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from posenc.cli._common import add_factor_window, add_param, params_from_args
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("extend", help="extend a Hugging Face model's context with a posenc method")
-    p.add_argument("--model", required=True, help="HF model dir")
+    p.add_argument("--model", required=True, help="the model: a Hugging Face folder, a .gguf file, or a bundled "
+                   "model (smollm2)")
     p.add_argument("--method", required=True, help="e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
     add_param(p)
     add_factor_window(p)
@@ -26,15 +24,17 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posenc.hf.patch import extend, load, save
+    from posenc.hf.source import load_tokenizer, source_folder
 
     native = {"auto": None, "yes": True, "no": False}[args.native]
-    model = load(args.model)
+    folder = source_folder(args.model)
+    model = load(folder)
     extend(model, args.method, native=native, **params_from_args(args))
-    out = save(model, args.save)
-    for f in _TOKENIZER_FILES:
-        src = Path(args.model) / f
-        if src.exists():
-            (out / f).write_bytes(src.read_bytes())
+    try:
+        tokenizer = load_tokenizer(args.model)
+    except ValueError:
+        tokenizer = None  # a model without a tokenizer of its own is saved without one
+    out = save(model, args.save, tokenizer=tokenizer)  # the tokenizer's files, chat template included
     cfg = json.loads((out / "config.json").read_text())
     print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
                       "posenc": cfg.get("posenc")}))

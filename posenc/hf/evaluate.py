@@ -1,10 +1,20 @@
-"""Perplexity vs length and passkey accuracy of a Hugging Face model under posenc methods.
+"""Perplexity vs length and pass-key accuracy of a Hugging Face model under posenc methods, with the model's own
+tokenizer.
 
-``evaluate_hf(model_dir, tokens, lengths, methods)`` loads the model once per method
-(:func:`posenc.hf.load`, then :func:`posenc.hf.extend`), scores :func:`posenc.lab.metrics.evaluate_lm`
-(non-overlapping windows) and :func:`posenc.lab.tasks.run_passkey` at each length, and returns the lab's
-:class:`posenc.lab.records.EvalRecord` rows. Tokens come from posenc's byte tokenizer (vocab 257) unless given
-as ids, so the model's vocabulary must hold them (real HF checkpoints: pass ``tokens`` from their own tokenizer).
+``evaluate_hf(source, lengths=..., methods=..., text=...)`` loads the model (a folder, a GGUF file or a bundled
+model, :mod:`posenc.hf.source`) once per method, applies the method (:func:`posenc.hf.extend`) and returns the lab's
+:class:`posenc.lab.records.EvalRecord` rows, one per (method, length):
+
+- **perplexity on the same target tokens at every length**: ``max_windows`` windows end at the same positions of
+  the text; at length ``n`` a window holds the ``n`` tokens before its end, and only its last ``target`` tokens are
+  scored (``logits_to_keep``: a 16k window of a 49k-token vocabulary would otherwise return 3.2 GB of logits). A
+  longer length only adds context in front of the same scored tokens, so the numbers compare across lengths;
+- **pass key** (``passkey_trials`` > 0): the long-context suite's pass-key contexts (:mod:`posenc.hf.suite`:
+  Landmark's noise haystack, greedy decoding from one cached prefill), ``passkey_trials`` per depth.
+
+The text is tokenized with the model's own tokenizer; a model without one is refused, and so is posenc's byte
+tokenizer on a model that has its own (the ids would mean other tokens). ``tokens`` (ids) may be given instead of
+``text``; they must come from the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import torch
 from posenc.lab.records import EvalRecord
 from posenc.scheme.methods import parse_methods
 
+__all__ = ["evaluate_hf", "target_losses"]
+
 
 def _params_for(method: str, params: dict) -> dict:
     """The subset of ``params`` the parts of ``method`` accept (HF-native names take all)."""
@@ -27,72 +39,121 @@ def _params_for(method: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in accepted}
 
 
-def _logits_fn(model):
-    def fn(ids: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=ids, use_cache=False).logits
+def _check_tokenizer(tokenizer, own) -> object:
+    """The tokenizer to use: the model's own unless the caller's is a transformers tokenizer; posenc's lab
+    tokenizers (byte, BPE) are refused on a model that has its own."""
+    if tokenizer is None:
+        return own
+    if not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise ValueError(f"tokenizer must be a transformers tokenizer (the model has its own, "
+                         f"{type(own).__name__}); posenc's {type(tokenizer).__name__} would give other token ids")
+    return tokenizer
 
-    return fn
+
+def window_ends(n_tokens: int, longest: int, windows: int) -> list[int]:
+    """``windows`` window ends spread over ``[longest, n_tokens - 1]`` (a window at the longest length fits before
+    each end, and each end has a next token to predict)."""
+    if n_tokens < longest + 1:
+        raise ValueError(f"the text has {n_tokens} tokens (model's tokenizer); length {longest} needs more than "
+                         f"{longest}")
+    last = n_tokens - 1
+    return sorted({int(x) for x in np.linspace(longest, last, windows).round()})
 
 
 @torch.no_grad()
-def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods: Sequence[str] = ("none",), *,
+def target_losses(model, tokens: np.ndarray, length: int, ends: Sequence[int], target: int) -> tuple[np.ndarray,
+                                                                                                     np.ndarray]:
+    """Per-token loss (nats) and top-1 hits of the ``target`` tokens ending at each of ``ends`` (inclusive of the
+    token right after the window), each window holding the ``length`` tokens before its end."""
+    device = next(model.parameters()).device
+    losses, hits = [], []
+    for e in ends:
+        x = torch.as_tensor(np.asarray(tokens[e - length:e], dtype=np.int64), device=device)[None]
+        y = torch.as_tensor(np.asarray(tokens[e - target + 1:e + 1], dtype=np.int64), device=device)
+        logits = model(input_ids=x, use_cache=False, logits_to_keep=target).logits[0].float()  # [target, V]
+        losses.append(torch.nn.functional.cross_entropy(logits, y, reduction="none").cpu().numpy())
+        hits.append((logits.argmax(-1) == y).cpu().numpy())
+    return np.concatenate(losses), np.concatenate(hits)
+
+
+def _passkey(model, tokenizer, length: int, depths, trials: int, seed: int) -> float:
+    from posenc.hf.suite.context import build_context
+    from posenc.hf.suite.haystack import make_haystack
+    from posenc.hf.suite.run import run_context
+
+    hay = make_haystack("noise", tokenizer)
+    right = []
+    for d in depths or [None]:
+        for t in range(trials):
+            opts = {"passkey": {"depth": float(d)}} if d is not None else None
+            ctx = build_context(tokenizer, hay, length, ("passkey",), seed=seed + t, options=opts)
+            right += [a["correct"] for a in run_context(model, tokenizer, ctx)["answers"]]
+    return sum(right) / len(right)
+
+
+def _evaluate_one(model, tokenizer, tokens, lengths, ends, target, base: EvalRecord, passkey) -> list[dict]:
+    rows = []
+    for n in lengths:
+        rec = base.replace(eval_len=int(n))
+        try:
+            nll, hit = target_losses(model, tokens, int(n), ends, target)
+            loss = float(nll.mean())
+            rec = rec.replace(ppl=float(np.exp(loss)), loss=loss, accuracy=float(hit.mean()), tokens=int(nll.size),
+                              extra={"target_tokens": target, "windows": len(ends)})
+            if passkey is not None:
+                rec = rec.replace(passkey=passkey(model, int(n)))
+        except ValueError as exc:
+            rec = rec.replace(status="error", note=str(exc))
+        rows.append(rec.to_dict())
+    return rows
+
+
+@torch.no_grad()
+def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: Sequence[str] = ("none",), *,
                 text: str | None = None, params: dict | None = None, max_windows: int | None = 4,
-                batch_size: int = 1, passkey_depths: Sequence[float] = (0.5,), passkey_trials: int = 0,
+                target: int | None = None, passkey_depths: Sequence[float] | None = None, passkey_trials: int = 0,
                 tokenizer=None, device=None, seed: int = 0) -> list[dict]:
-    """One :class:`posenc.lab.records.EvalRecord` row (``to_dict()``, no ``params``) per (method, length), with
-    ``scheme`` the model_type. ``passkey`` is the mean exact
-    accuracy over ``passkey_depths`` x ``passkey_trials`` prompts of that length (None when
-    ``passkey_trials`` is 0). ``params`` go to each method that accepts them. A method that cannot
-    apply (``ValueError``) gives a record with ``status="error"`` and the message in ``note``."""
-    from pathlib import Path
+    """One :class:`~posenc.lab.records.EvalRecord` row per (method, length) (module docstring): ``scheme`` is the
+    model_type, ``params`` the method's parameters as applied, ``passkey`` the pass-key accuracy over
+    ``passkey_depths`` (default: a random depth per trial) x ``passkey_trials`` (None when 0). ``target``: scored
+    tokens per window (default a quarter of the shortest length). A method that cannot apply (``ValueError``) gives
+    records with ``status="error"`` and the message in ``note``."""
+    from posenc.hf.patch import extend, load, train_len_of
+    from posenc.hf.source import load_tokenizer, source_folder
 
-    from posenc.hf.patch import load, train_len_of
-    from posenc.lab.metrics import evaluate_lm
-    from posenc.lab.tasks import passkey_grid, run_passkey
-    from posenc.lab.tokenizer import make_tokenizer
-
-    if not (Path(model_dir) / "config.json").is_file():  # one clear error, not one record per method
-        raise ValueError(f"model dir {str(model_dir)!r} has no config.json (expected a folder written by "
-                         "save_pretrained)")
-    tok = tokenizer or make_tokenizer("byte")
+    folder = source_folder(source)  # one clear error for a missing model, not one record per method
+    tok = _check_tokenizer(tokenizer, load_tokenizer(source))
     if tokens is None:
         if text is None:
-            raise ValueError("evaluate_hf needs tokens or text")
-        tokens = tok.encode_array(text)
-    tokens = np.asarray(tokens)
-    if not lengths:
-        raise ValueError("lengths must be non-empty")
+            raise ValueError("evaluate_hf needs text (or tokens of the model's own tokenizer)")
+        tokens = tok(text, add_special_tokens=False)["input_ids"]
+    tokens = np.asarray(tokens, dtype=np.int64)
+    lengths = [int(n) for n in lengths]
+    if not lengths or min(lengths) < 2:
+        raise ValueError(f"lengths must be non-empty integers >= 2, got {lengths}")
+    target = int(target or max(1, min(lengths) // 4))
+    if not 1 <= target <= min(lengths):
+        raise ValueError(f"target must be in [1, {min(lengths)}] (the shortest length), got {target}")
+    ends = window_ends(len(tokens), max(lengths), int(max_windows or 4))
+    passkey = None
+    if passkey_trials:
+        def passkey(model, n):
+            return _passkey(model, tok, n, passkey_depths, passkey_trials, seed)
     records = []
     for method in methods:
         base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
         try:
-            model = load(model_dir)
-            base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config))
+            model = load(folder).eval()
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
-            from posenc.hf.patch import extend
-
-            extend(model, method, **_params_for(method, dict(params or {})))
+            applied = _params_for(method, dict(params or {}))
+            extend(model, method, **applied)
+            base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config), params=applied)
             if device is not None:
                 model.to(device)
-            fn = _logits_fn(model)
         except ValueError as exc:
             records += [base.replace(eval_len=n, status="error", note=str(exc)).to_dict() for n in lengths]
             continue
-        for n in lengths:
-            rec = base.replace(eval_len=int(n))
-            try:
-                if len(tokens) <= n:
-                    raise ValueError(f"text has {len(tokens)} tokens; eval length {n} needs more than {n}")
-                r = evaluate_lm(fn, tokens, int(n), batch_size=batch_size, max_windows=max_windows,
-                                progress=False, device=device)
-                rec = rec.replace(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
-                if passkey_trials:
-                    prompts = passkey_grid([int(n)], list(passkey_depths), passkey_trials, tok, seed=seed)
-                    cells = run_passkey(fn, prompts, device=device)["cells"]
-                    rec = rec.replace(passkey=float(np.mean([c["accuracy"] for c in cells])))
-            except ValueError as exc:
-                rec = rec.replace(status="error", note=str(exc))
-            records.append(rec.to_dict())
+        records += _evaluate_one(model, tok, tokens, lengths, ends, target, base, passkey)
     return records

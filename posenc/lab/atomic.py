@@ -35,3 +35,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if tmp.exists():
             tmp.unlink()
         raise
+
+
+def save_figure(fig, path, dpi: int) -> Path:
+    """Render a matplotlib figure to PNG bytes in memory, then :func:`atomic_write_bytes` them (a full disk or a
+    kill never leaves a truncated image). Returns ``path``."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    path = Path(path)
+    atomic_write_bytes(path, buf.getvalue())
+    return path

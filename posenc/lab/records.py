@@ -73,7 +73,9 @@ class EvalRecord:
 # ------------------------------------------------------------------------------------------ retrieval
 # every retrieval record carries these keys, in this order (``results.json["retrieval"]``)
 RETRIEVAL_KEYS = ("task", "scheme", "method", "train_len", "eval_len", "distance", "accuracy", "n", "chance")
-RETRIEVAL_TASKS = ("recall", "passkey")
+RETRIEVAL_TASKS = ("recall", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+# recall: posenc.lab.recall; passkey: Landmark's pass key (posenc.lab.tasks and the long-context suite); the rest
+# are the long-context suite's query kinds (posenc.hf.suite.tasks.QUERY_KINDS)
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,12 @@ class RetrievalRecord:
     """One retrieval measurement: ``accuracy`` (exact match over ``n`` trials) of ``scheme`` under
     ``method`` at ``eval_len`` tokens when the needle is ``distance`` tokens before the question.
 
-    ``task`` is ``"recall"`` (key-value recall in text, :mod:`posenc.lab.recall`) or ``"passkey"``
+    ``task`` is ``"recall"`` (key-value recall in text, :mod:`posenc.lab.recall`), ``"passkey"``
     (Landmark-format passkey, :mod:`posenc.lab.tasks`; ``distance`` = tokens from the key line to the end
-    of the question). ``chance`` is the accuracy of a guess (None when not defined). ``params`` holds
-    the method's parameters (left out of :meth:`to_dict` when None); ``extra`` further keys.
+    of the question) or a query kind of the long-context suite (:mod:`posenc.hf.suite.tasks`; ``distance`` =
+    mean tokens from the farthest needle to the end of the context). ``chance`` is the accuracy of a guess
+    (None when not defined). ``params`` holds the method's parameters (left out of :meth:`to_dict` when None);
+    ``extra`` further keys.
     """
 
     task: str

