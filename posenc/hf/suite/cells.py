@@ -7,6 +7,10 @@ import os
 import time
 from collections.abc import Callable
 
+from posenc.hf.suite.context import build_context
+from posenc.hf.suite.haystack import make_haystack
+from posenc.hf.suite.run import run_context
+
 __all__ = ["run_cells"]
 
 
@@ -16,10 +20,6 @@ def _weight(length: int) -> float:
 
 
 def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -> dict:
-    from posenc.hf.suite.context import build_context
-    from posenc.hf.suite.haystack import make_haystack
-    from posenc.hf.suite.run import run_context
-
     haystack = _HAYSTACKS.get(spec.haystack)
     if haystack is None:
         haystack = _HAYSTACKS[spec.haystack] = make_haystack(spec.haystack, m.tokenizer)

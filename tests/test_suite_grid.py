@@ -1,0 +1,141 @@
+"""The suite's grid on a tiny random Llama (byte tokenizer saved as its own): results and report, resume after an
+interruption without recomputing a finished cell, one writer per folder, per-length parameters, pruning."""
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
+from posenc.hf.suite import grid as grid_mod
+from posenc.lab.cells import CellStore
+from posenc.lab.lock import FolderInUseError, FolderLock
+from posenc.lab.records import EvalRecord, RetrievalRecord
+
+L = 1024
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from posenc.hf.export import byte_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=260, max_position_embeddings=L)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def _preset(tiny, **kw):
+    contexts = (ContextSpec("book", ("niah",), seeds=1, target=32), ContextSpec("noise", ("passkey",), seeds=1))
+    base = dict(name="tiny", description="test", model=str(tiny), lengths=(1024, 2048),
+                methods=("none", "selfextend", "rerope+logn"), contexts=contexts, reference_length=1024)
+    return SuitePreset(**{**base, **kw})
+
+
+def test_results_report_and_schema(tiny, tmp_path):
+    res = run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
+    for name in ("results.json", "report.md", "report.html", "effective_length.png", "by_length.png",
+                 "depth_heatmaps.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["meta"]["cells"] == 12 == len(CellStore(tmp_path / "cells"))
+    recs = on_disk["records"]
+    assert [(r["method"], r["eval_len"]) for r in recs] == [(m, n) for m in ("none", "selfextend", "rerope+logn")
+                                                           for n in (1024, 2048)]
+    for r in recs:
+        assert EvalRecord.from_dict(r).to_dict() == r
+        assert r["ppl"] > 1 and r["tokens"] == 32 and r["retrieval"]["n"] == 7 and r["train_len"] == L
+        assert set(r["tasks"]) == {"niah_mk", "niah_mq", "passkey"} and r["prefill_s"] > 0
+    for r in on_disk["retrieval"]:
+        assert RetrievalRecord.from_dict(r).to_dict() == r and 0 <= r["depth_bin"][0] < 1
+    # per-length parameters: SelfExtend groups positions only where the length needs it
+    se = {r["eval_len"]: r["params"] for r in recs if r["method"] == "selfextend"}
+    assert se[1024]["group"] == 1 and se[2048]["group"] == 4 and se[2048]["window"] == L // 2
+    assert set(res["effective"]) == {"none", "selfextend", "rerope+logn"}
+    assert res["reference"]["length"] == 1024 and res["reference"]["threshold"] == pytest.approx(
+        0.85 * res["reference"]["retrieval"])
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("effective_length.png") < md.index("Perplexity / retrieval by length")  # headline first
+    assert "<details>" in (tmp_path / "report.html").read_text()
+
+
+def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, monkeypatch):
+    from posenc.hf.suite import cells
+
+    real = cells.run_context
+    calls = []
+
+    def flaky(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cells, "run_context", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
+    assert len(CellStore(tmp_path / "a" / "cells")) == 4  # the four finished cells are kept
+    calls.clear()
+    monkeypatch.setattr(cells, "run_context", real)
+    counted = []
+    monkeypatch.setattr(cells, "run_context", lambda *a, **kw: counted.append(1) or real(*a, **kw))
+    resumed = run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
+    assert len(counted) == 8  # only the eight unfinished cells ran
+    clean = run_suite(_preset(tiny), tmp_path / "b", progress=False, log=lambda m: None)
+    strip = [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+             for r in resumed["records"]]
+    assert strip == [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+                     for r in clean["records"]]
+    counted.clear()
+    run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
+    assert counted == []  # everything finished: nothing recomputed
+
+
+def test_a_second_writer_is_refused(tiny, tmp_path):
+    with FolderLock(tmp_path / "out"):
+        with pytest.raises(FolderInUseError, match="suite run folder"):
+            run_suite(_preset(tiny), tmp_path / "out", progress=False, log=lambda m: None)
+
+
+def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp_path):
+    """With prune_from, a method runs at a length only if its retrieval at the previous length reached the
+    threshold; the reason is recorded."""
+    preset = _preset(tiny, prune_from=2048)
+    m = grid_mod._load(preset.model)
+    store = CellStore(tmp_path)
+
+    def put(method, n, right):
+        params = grid_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+        for spec in preset.contexts:
+            store.put(grid_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
+                      {"answers": [{"correct": right}] * 2})
+
+    put("none", 1024, True)
+    put("selfextend", 1024, True)
+    put("rerope+logn", 1024, False)
+    assert grid_mod._pruned(store, m, preset, "selfextend", 2048) is None
+    why = grid_mod._pruned(store, m, preset, "rerope+logn", 2048)
+    assert "retrieval 0.00 at 1024 was below 0.85 x the untouched model's 1.00" in why
+    assert grid_mod._pruned(store, m, preset, "none", 2048) is None  # the baseline always runs
+    assert grid_mod._pruned(store, m, preset, "rerope+logn", 1024) is None  # before prune_from
+
+
+def test_presets_are_valid_and_documented():
+    from posenc.hf.suite.presets import SUITE_PRESETS
+
+    short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
+    assert max(short.lengths) == 16384 and full.lengths == (4096, 8192, 16384, 32768)
+    assert full.reference_length == 8192 == short.reference_length  # SmolLM2's trained length
+    wanted = {"pi", "ntk", "ntk_mixed", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "rerope", "leaky_rerope",
+              "selfextend", "dca", "rerope+logn", "streaming_llm", "lm_infinite", "sliding_window"}
+    assert wanted <= set(full.methods) and full.methods[0] == "none"
+    kinds = {g for c in full.contexts for g in c.generators}
+    assert kinds == {"niah", "passkey", "mv", "vt", "cwe"}
+    with pytest.raises(ValueError, match="first method"):
+        SuitePreset("x", "y", methods=("yarn",), contexts=short.contexts)
+    with pytest.raises(ValueError, match="reference_length"):
+        SuitePreset("x", "y", lengths=(1024,), reference_length=4096, contexts=short.contexts)
