@@ -150,9 +150,12 @@ FALLBACKS: dict[str, tuple[Rule, ...]] = {
 
 
 def _sinks_reason(backend: Backend, call: AttentionCall) -> str | None:
-    if call.sink_logits is None or backend.learned_sinks:
-        return None
-    return "learned attention sinks join the softmax denominator of a materialised score tile (reference, blockwise)"
+    if call.sink_logits is not None and not backend.learned_sinks:
+        return ("learned attention sinks join the softmax denominator of a materialised score tile "
+                "(reference, blockwise)")
+    if call.parts.remap.reads_content and not backend.content_selection:
+        return "the remap chooses keys by head or content on a materialised score tile (reference, blockwise)"
+    return None
 
 
 def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, list[tuple[str, str]]]:
@@ -280,13 +283,15 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
     if ells is None:
         freqs = parts.frequencies(None) if parts.rope is not None else None
         attn_scale = freqs.attention_scale if freqs is not None else 1.0
-        return backend.run(call.scheduled(freqs, query_scale(parts, q_pos, attn_scale, call.q.dtype, scale)))
+        q_scale = query_scale(parts, q_pos, attn_scale, call.q.dtype, scale, call.k_pos)
+        return backend.run(call.scheduled(freqs, q_scale))
 
     # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
     out = None
     for ell in torch.unique(ells).tolist():
         freqs = parts.frequencies(int(ell))
-        group = call.scheduled(freqs, query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale))
+        q_scale = query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale, call.k_pos)
+        group = call.scheduled(freqs, q_scale)
         sel = ells == ell  # [B,Nq]
         if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
             idx = sel[0].nonzero().flatten()
