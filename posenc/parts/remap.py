@@ -254,7 +254,7 @@ class ShiftedRoPE(Remap):
         check_positive_int("string.shift", self.shift)
         check_positive_int("string.local", self.local, minimum=0)
         if self.local > self.shift:
-            raise ValueError(f"string.local must be <= shift ({self.shift}), got {self.local}")
+            raise ValueError(f"string.shift must be >= local ({self.local}), got {self.shift}")
         check_finite("string.attention_factor", self.attention_factor, minimum=0.0, strict_min=True)
 
     def branches(self) -> list[Branch]:

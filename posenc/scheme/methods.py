@@ -427,11 +427,11 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            original="thunlp/InfLLM inf_llm/attention/context_manager.py"),
     Method("duo", "remap", "Xiao et al. 2024 (DuoAttention): streaming heads see sinks + a window, retrieval heads "
            "everything (heads from posenc.engine.calibrate.calibrate_duo)", "arXiv:2410.10819", _duo,
-           (Param("streaming", (), rule="[] (every head retrieves)", heads=True,
+           (Param("streaming", [], heads=True, filled=True,
                   original="query heads of the KV heads with full_attention_heads gate below the threshold"),
-            Param("n_sinks", 4, minimum=0, integer=True, original="sink_size"),
-            Param("window", rule="train_len // 4", minimum=1, integer=True, from_train_len=lambda L: max(1, L // 4),
-                  original="recent_size (streaming mask d < recent_size)")),
+            Param("n_sinks", 4, minimum=0, integer=True, filled=True, original="sink_size"),
+            Param("window", rule="train_len // 4", minimum=1, integer=True, filled=True,
+                  from_train_len=lambda L: max(1, L // 4), original="recent_size (streaming mask d < recent_size)")),
            ("remap",), remap_kind="duo", original="mit-han-lab/duo-attention duo_attn/patch/streaming_attn.py"),
 )}
 
