@@ -415,7 +415,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            original="sheryc/resonance_rope llama_finetuning/scaled_rope/modeling_llama_yarn.py"),
     Method("retrieval", "remap", "Xiao et al. 2024 (InfLLM): sinks + local window + the top-k far blocks by "
            "q . mean block key, far keys at distance `window`", "arXiv:2402.04617", _remap,
-           (_window("train_len // 2", lambda L: max(1, L // 2), filled=True),
+           (_window("train_len // 2", lambda L: max(1, L // 2), filled=True, original="n_local"),
             Param("n_sinks", rule="max(1, train_len // 64)", minimum=0, integer=True, filled=True,
                   from_train_len=lambda L: max(1, L // 64), original="n_init"),
             Param("block", rule="max(1, train_len // 64)", minimum=1, integer=True, filled=True,
