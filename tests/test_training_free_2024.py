@@ -1,5 +1,5 @@
 """STRING, Resonance RoPE, DCA's temperatures (ChunkLlama, Qwen2.5-1M), InfLLM-style block retrieval and
-DuoAttention's head split (issue 28): each against a dense re-implementation of its original's rule or a case
+DuoAttention's head split: each against a dense re-implementation of its original's rule or a case
 computed by hand, every backend equal to ``reference``, cached decoding equal to the full forward (TinyLM and a
 transformers Llama with GQA 9/3, head_dim 64 as SmolLM2), the calibration, and the conventions table."""
 

@@ -432,7 +432,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Param("n_sinks", 4, minimum=0, integer=True, filled=True, original="sink_size"),
             Param("window", rule="train_len // 4", minimum=1, integer=True, filled=True,
                   from_train_len=lambda L: max(1, L // 4), original="recent_size (streaming mask d < recent_size)")),
-           ("remap",), remap_kind="duo", original="mit-han-lab/duo-attention duo_attn/patch/streaming_attn.py"),
+           ("remap",), remap_kind="duo", original="mit-han-lab/duo-attention duo_attn/patch/streaming_attn.py",
+           eval_defaults=lambda L, n, d, b: {"streaming": [0], "n_sinks": 4, "window": max(1, L // 4)}),
 )}
 
 # ===================================================================== p-RoPE; trained-in CoPE, FoX, FIRE
