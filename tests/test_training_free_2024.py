@@ -276,6 +276,19 @@ def test_every_backend_equals_reference(spec, kw):
             assert relative_error(attention(q[:, :, -n:], k, v, s, impl=impl), ref) <= 1e-5, (impl, n)
 
 
+@pytest.mark.parametrize("spec, kw", [("retrieval", {}), ("duo", dict(streaming=[1]))])
+def test_auto_runs_content_selection_in_linear_memory_when_long(spec, kw):
+    """Long calls of the remaps that choose keys by content or head go to the tiled path (no N x N scores); a decode
+    step may materialise its one row."""
+    from posenc.engine import choose_backend, make_call
+    from posenc.engine.parts import parts_for
+
+    parts = parts_for(PositionScheme.preset(spec, train_len=64, **kw).to_json(), 4, 16)
+    q, k, v = (torch.randn(1, 4, 700, 16) for _ in range(3))
+    assert choose_backend(make_call(parts, q, k, v), "auto")[0].name == "blockwise"
+    assert choose_backend(make_call(parts, q[:, :, -1:], k, v), "auto")[0].name == "reference"
+
+
 @pytest.mark.parametrize("spec, kw", NEW[:6] + [("duo", dict(streaming=[[1], [0, 3]], n_sinks=1, window=6))])
 def test_cached_decode_equals_full_forward(spec, kw):
     torch.manual_seed(0)
@@ -341,3 +354,12 @@ def test_readme_conventions_table_is_the_registrys():
     for name in ("streaming_llm", "selfextend", "dca", "string", "retrieval", "duo", "lm_infinite"):
         assert any(p.original for p in METHODS[name].params), name
     assert "recent_size + 1" in METHODS["streaming_llm"].param("window").describe()
+
+
+def test_reads_content_is_declared_where_select_is_overridden():
+    """The engine sends a remap to the score-tile backends by ``reads_content``; it must say whether the class
+    overrides ``select`` (as ``restricts_keys`` / ``remaps_distance`` do for ``allowed`` / ``relative``)."""
+    from posenc.parts.remap import REMAPS, Remap
+
+    for cls in REMAPS.values():
+        assert cls.reads_content == (cls.select is not Remap.select), cls

@@ -80,7 +80,7 @@ def size_route(call: AttentionCall) -> str:
     """The cost class of a call, before the long-query overrides: ``"sdpa"``, ``"flex"`` (compiled flex
     or, for what flex cannot run, its linear-memory stand-ins) or ``"reference"`` (see the module
     docstring)."""
-    if BY_NAME["sdpa"].why_not(call) is None:
+    if BY_NAME["sdpa"].why_not(call) is None and not call.parts.remap.reads_content:  # duo: blockwise at length
         small = call.B * call.H * call.Nq * call.Nk <= sdpa_backend.SDPA_MASK_ELEMENTS
         if (sdpa_backend.needs_no_mask(call.parts) and call.q_gate is None) or small or call.needs_grad:
             return "sdpa"
