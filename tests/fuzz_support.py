@@ -67,9 +67,10 @@ EMBEDDING_BASES = ("nope", "sinusoidal", "learned", "hierarchical", "floater", "
 RELATIVE_BASES = ("shaw", "transformer_xl", "deberta")
 SCALINGS = ("pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_ntk_qwen", "yarn", "dynamic_yarn", "llama3",
             "rope_base", "p_rope")
-REMAPS = ("rerope", "leaky_rerope", "selfextend", "pcw", "lm_infinite", "streaming_llm", "dca")
+REMAPS = ("rerope", "leaky_rerope", "selfextend", "pcw", "lm_infinite", "streaming_llm", "dca", "string", "retrieval",
+          "duo")
 MASKS = ("sliding_window", "bca", "chunked_attention")
-DRAWN_METHODS = set(SCALINGS) | set(REMAPS) | set(MASKS) | {"logn", "temperature_tuning"}
+DRAWN_METHODS = set(SCALINGS) | set(REMAPS) | set(MASKS) | {"logn", "temperature_tuning", "resonance"}
 # "hierarchical" reads a learned table (an embedding: nothing for attention to execute): drawn by the
 # cached-decode test through the "hierarchical" trained preset instead.
 assert DRAWN_METHODS | {"hierarchical"} == set(METHODS), "a method was added: teach fuzz_support to draw it"
@@ -160,7 +161,8 @@ def _scaling(draw, head_dim: int, partial: float):
 
 @st.composite
 def _remap(draw, has_rope: bool):
-    m = draw(st.sampled_from(REMAPS if has_rope else tuple(r for r in REMAPS if r != "pcw")))
+    m = draw(st.sampled_from(REMAPS if has_rope else tuple(r for r in REMAPS if r not in ("pcw", "retrieval", "duo",
+                                                                                          "string"))))
     w = draw(st.integers(1, LONG))
     if m == "rerope":
         return m, {"window": w}
@@ -174,7 +176,21 @@ def _remap(draw, has_rope: bool):
         return m, {"window": w, "n_global": draw(st.integers(0, 16)), "ceiling": draw(st.integers(1, LONG))}
     if m == "dca":
         chunk = draw(st.integers(2, LONG))
-        return m, {"chunk": chunk, "local": draw(st.integers(0, chunk - 1))}
+        kw = {"chunk": chunk, "local": draw(st.integers(0, chunk - 1))}
+        temperature = draw(st.sampled_from(["none", "chunkllama", "qwen"]))
+        if temperature != "none":  # "sequence" (ChunkLlama's prefill) is length-of-call: engine tests only
+            kw["temperature"] = temperature
+        return m, kw
+    if m == "string":
+        shift = draw(st.integers(1, LONG))
+        return m, {"shift": shift, "local": draw(st.integers(0, shift)),
+                   "attention_factor": draw(st.sampled_from([1.0, 1.0 + 0.1 * 0.6931471805599453]))}
+    if m == "retrieval":
+        return m, {"window": w, "n_sinks": draw(st.integers(0, 16)), "block": draw(st.integers(1, 32)),
+                   "top_k": draw(st.integers(0, 8)), "per_head": draw(st.booleans())}
+    if m == "duo":  # query heads 0..2 exist in every drawn case (H >= 1): draw among the first ones
+        return m, {"streaming": draw(st.lists(st.integers(0, 0), max_size=1, unique=True)),
+                   "n_sinks": draw(st.integers(0, 16)), "window": w}
     return m, {"window": w, "n_sinks": draw(st.integers(0, 16))}  # streaming_llm
 
 
@@ -215,6 +231,8 @@ def schemes(draw, head_dim: int, *, bases: tuple[str, ...] | None = None, softca
     methods: list[tuple[str, dict]] = []
     if base.rope is not None and draw(st.booleans()):
         methods.append(draw(_scaling(head_dim, base.rope.partial_rotary_factor)))
+    if base.rope is not None and draw(st.integers(0, 4)) == 0 and not any(m == "p_rope" for m, _ in methods):
+        methods.append(("resonance", {}))  # Resonance RoPE rounds any schedule's wavelengths (p_rope sets its own)
     remap = None
     if (base.rope is not None or base.bias is not None) and draw(st.booleans()):
         remap = draw(_remap(base.rope is not None))
@@ -223,7 +241,8 @@ def schemes(draw, head_dim: int, *, bases: tuple[str, ...] | None = None, softca
         methods.append(draw(_mask()))
     if draw(st.integers(0, 3)) == 0:
         methods.append(("logn", {}))
-    if draw(st.integers(0, 3)) == 0:
+    dca_temperature = remap is not None and "temperature" in remap[1]  # temperatures do not stack
+    if not dca_temperature and draw(st.integers(0, 3)) == 0:
         methods.append(("temperature_tuning", {"attn_scale": draw(st.floats(0.0, 1.0)),
                                                "floor_scale": draw(st.floats(0.5, 64.0))}))
     methods = draw(st.permutations(methods))

@@ -322,7 +322,8 @@ _INFERENCE_PARAMS = {
     "sliding_window": {"window": 50}, "lm_infinite": {"window": 50}, "streaming_llm": {"window": 50},
     "bca": {}, "pcw": {"window": 64}, "logn": {}, "dynamic_ntk": {}, "dynamic_ntk_qwen": {},
     "dynamic_yarn": {}, "dca": {"chunk": 40, "local": 8}, "p_rope": {}, "chunked_attention": {"chunk": 48},
-    "temperature_tuning": {"floor_scale": 16.0},
+    "temperature_tuning": {"floor_scale": 16.0}, "string": {"shift": 40, "local": 8}, "resonance": {},
+    "retrieval": {"window": 32, "n_sinks": 2, "block": 8, "top_k": 2}, "duo": {"streaming": [1, 3], "window": 20},
 }
 
 

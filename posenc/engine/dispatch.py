@@ -71,6 +71,7 @@ from posenc.engine.scores import query_scale
 
 IMPLS = ("auto",) + tuple(b.name for b in BACKENDS)
 FLEX_MIN_PAIRS = 256 * 256  # Nq * Nk beyond which auto leaves the materialised reference at inference
+CALL_HOOKS: list = []  # fn(call, n_kv_heads, scale) for every run_attention call (posenc.engine.calibrate)
 log = logging.getLogger("posenc")
 
 
@@ -79,7 +80,7 @@ def size_route(call: AttentionCall) -> str:
     """The cost class of a call, before the long-query overrides: ``"sdpa"``, ``"flex"`` (compiled flex
     or, for what flex cannot run, its linear-memory stand-ins) or ``"reference"`` (see the module
     docstring)."""
-    if BY_NAME["sdpa"].why_not(call) is None:
+    if BY_NAME["sdpa"].why_not(call) is None and not call.parts.remap.reads_content:  # duo: blockwise at length
         small = call.B * call.H * call.Nq * call.Nk <= sdpa_backend.SDPA_MASK_ELEMENTS
         if (sdpa_backend.needs_no_mask(call.parts) and call.q_gate is None) or small or call.needs_grad:
             return "sdpa"
@@ -150,9 +151,12 @@ FALLBACKS: dict[str, tuple[Rule, ...]] = {
 
 
 def _sinks_reason(backend: Backend, call: AttentionCall) -> str | None:
-    if call.sink_logits is None or backend.learned_sinks:
-        return None
-    return "learned attention sinks join the softmax denominator of a materialised score tile (reference, blockwise)"
+    if call.sink_logits is not None and not backend.learned_sinks:
+        return ("learned attention sinks join the softmax denominator of a materialised score tile "
+                "(reference, blockwise)")
+    if call.parts.remap.reads_content and not backend.content_selection:
+        return "the remap chooses keys by head or content on a materialised score tile (reference, blockwise)"
+    return None
 
 
 def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, list[tuple[str, str]]]:
@@ -188,6 +192,8 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     ``blockwise`` (linear memory), the other backends pass such a call on."""
     scale = check_inputs(q, k, v, impl, scale, key_mask)
     call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates, sink_logits)
+    for hook in CALL_HOOKS:  # posenc.engine.calibrate.record_calls: what a calibration run attends to
+        hook(call, k.shape[1], scale)
     backend, declined = choose_backend(call, impl)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,
@@ -280,13 +286,15 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
     if ells is None:
         freqs = parts.frequencies(None) if parts.rope is not None else None
         attn_scale = freqs.attention_scale if freqs is not None else 1.0
-        return backend.run(call.scheduled(freqs, query_scale(parts, q_pos, attn_scale, call.q.dtype, scale)))
+        q_scale = query_scale(parts, q_pos, attn_scale, call.q.dtype, scale, call.k_pos)
+        return backend.run(call.scheduled(freqs, q_scale))
 
     # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
     out = None
     for ell in torch.unique(ells).tolist():
         freqs = parts.frequencies(int(ell))
-        group = call.scheduled(freqs, query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale))
+        q_scale = query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale, call.k_pos)
+        group = call.scheduled(freqs, q_scale)
         sel = ells == ell  # [B,Nq]
         if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
             idx = sel[0].nonzero().flatten()

@@ -59,18 +59,32 @@ def rotate_branch(call: AttentionCall, branch: Branch) -> Rotated:
     return Rotated(qr, kr)
 
 
-def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None) -> torch.Tensor:
-    """[B,1,Nq,1] multiplier folded into q: softmax scale x YaRN factor^2 x log-n x temperature."""
+def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None,
+                k_pos=None) -> torch.Tensor:
+    """[B,1,Nq,1] multiplier folded into q: softmax scale x YaRN factor^2 x the remap's logit scale (STRING's
+    attention factor^2) x log-n x temperature. ``k_pos``: the call's key positions, read by a temperature that
+    follows the length of the whole call (ChunkLlama's original form, ``length="sequence"``)."""
     d = parts.head_dim
     base = (1.0 / math.sqrt(d)) if scale is None else scale
     if parts.relative is not None:
         base = base * parts.relative.score_scale
+    base = base * parts.remap.logit_scale
     s = torch.full(q_pos.shape, base * attn_scale * attn_scale, dtype=torch.float64, device=q_pos.device)
     if parts.scheme.logn:
         s = s * logn_scale(q_pos, parts.scheme.train_len)
     if parts.temperature is not None:
-        s = s * parts.temperature.scale(q_pos)
+        seq_len = None if k_pos is None or k_pos.numel() == 0 else int(k_pos.max()) + 1
+        s = s * parts.temperature.scale(q_pos, seq_len)
     return s[:, None, :, None].to(dtype)  # [B,Nq] -> [B,1,Nq,1]
+
+
+def content_mask(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor) -> torch.Tensor | None:
+    """The remap's own choice of keys for queries ``q [B,H,nq,D]`` at ``qp [B,nq]`` against every key of the call
+    (``[B,H|1,nq,Nk]`` bool; :meth:`posenc.parts.remap.Remap.select`), or None when it chooses by position only."""
+    remap = call.parts.remap
+    if not remap.reads_content:
+        return None
+    return remap.select(head_index(call.parts, q.device), q, qp, call.k, call.k_pos, call.key_mask)
 
 
 def softcap(parts: AttentionParts, scores):

@@ -308,6 +308,12 @@ def _prepare_layers(model, config, attn, names: str, params: dict, targets, impl
             scheme = build()
             states[key] = {"scheme": scheme, "impl": impl, "parts": {}, "applies": key[-1],
                            "swap_halves": layout == NEGATED_LAYOUT and scheme.rope is not None}
+        if states[key]["scheme"].layers is not None:  # a per-layer method (DuoAttention's heads): this layer's own
+            key = (key, m.layer_idx)
+            if key not in states:
+                scheme = states[key[0]]["scheme"].layer(m.layer_idx)
+                states[key] = {**states[key[0]], "scheme": scheme, "parts": {},
+                               "swap_halves": layout == NEGATED_LAYOUT and scheme.rope is not None}
         per_layer.append(states[key])
     if not any(st["applies"] for st in per_layer):
         rope_types = sorted({layer_type_of(config, m) for m in attn if uses_rope(config, m)})

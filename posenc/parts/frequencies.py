@@ -5,8 +5,8 @@ the inverse frequencies ``theta_i`` (RoPE rotates pair ``i`` of a vector at posi
 ``m * theta_i``) and the attention scale that multiplies cos and sin (Hugging Face convention, so
 ``q . k`` is scaled by its square).
 
-``scaling`` is a dict in Hugging Face's ``rope_scaling`` / ``rope_parameters`` convention, so the
-block of a model's ``config.json`` works as it is::
+``scaling`` is a dict in Hugging Face's ``rope_scaling`` / ``rope_parameters`` convention (plus posenc's
+``resonance: true``, :mod:`posenc.parts.resonance`, on any rope_type), so a ``config.json`` block works::
 
     rope_frequencies(128, 500000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
@@ -34,6 +34,7 @@ from numbers import Real
 import torch
 
 from posenc._util import check_finite, check_positive_int
+from posenc.parts.resonance import resonance
 
 __all__ = ["ROPE_SCALINGS", "RopeFrequencies", "default_inv_freq", "is_dynamic", "rope_frequencies", "scaling_factor",
            "validate_rope_scaling", "yarn_correction_range"]
@@ -66,7 +67,7 @@ _DYNAMIC: set[str] = set()  # rope types whose result depends on seq_len
 # (Qwen2-VL), so they do not change inv_freq.
 _COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor",
                           "max_position_embeddings", "original_max_position_embeddings",
-                          "mrope_section", "mrope_interleaved"})
+                          "mrope_section", "mrope_interleaved", "resonance"})
 _LENGTH_KEYS = ("original_max_position_embeddings", "max_position_embeddings")
 
 
@@ -515,6 +516,7 @@ def _compute(rope_type: str, params: dict, head_dim: int, rotary_dim: int, base:
              seq_len: int | None) -> RopeFrequencies:
     out = ROPE_SCALINGS[rope_type](head_dim, rotary_dim, base, params, seq_len)
     inv_freq = out.inv_freq
+    inv_freq = resonance(inv_freq, params.get("resonance", False))
     if not bool(torch.isfinite(inv_freq).all()) or bool((inv_freq < 0).any()):
         raise ValueError(f"rope_type {rope_type!r} with base={base} and rotary_dim={rotary_dim} gives "
                          "non-finite or negative frequencies; use a base in a sane range (e.g. 10 .. 1e9)")

@@ -17,7 +17,16 @@ SelfExtend(G, W)   d if d < W else qp//G - kp//G + W - W//G          Jin et al. 
 DistanceCeiling(C) min(d, C)  (LM-Infinite's distance ceiling)       Han et al. arXiv 2308.16137
 StreamingReindex   sinks at min(qp, n_sinks + window - 1) - kp       Xiao et al. arXiv 2309.17453
 DualChunk(s, l)    three chunk branches, see :class:`DualChunk`      An et al. arXiv 2402.17463
+STRING(S, W)       d if d < S else d - S + W                         An et al. arXiv 2410.18745
+BlockRetrieval     ReRoPE(w) + sinks / remainder / top-k far blocks  Xiao et al. arXiv 2402.04617
+DuoHeads           per-head sinks + window on streaming heads        Xiao et al. arXiv 2410.10819
 =================  ================================================  ==============================
+
+Two remaps choose keys from more than positions: :class:`~posenc.parts.retrieval.BlockRetrieval` (InfLLM:
+top-k blocks by the query's inner product with a block representative) and
+:class:`~posenc.parts.retrieval.DuoHeads` (DuoAttention: a mask per head). They declare
+``reads_content`` and implement :meth:`Remap.select`; only the backends that finish on a score tile
+(``reference``, ``blockwise``) run them.
 
 ReRoPE's outside branch rotates the query at position w and leaves the key unrotated, exactly as
 bojone/rerope does (so q.k depends on w only). Leaky ReRoPE rotates the query at qp + w(k - 1) and
@@ -34,78 +43,19 @@ original positions makes the full forward equal to token-by-token decoding after
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from posenc._util import check_finite, check_positive_int
+from posenc.parts.branches import Branch, Elementwise, Remap, far_band, near_band
+from posenc.parts.retrieval import BlockRetrieval, DuoHeads
 
-Elementwise = Callable[..., torch.Tensor]
-
-
-def _identity(p: torch.Tensor) -> torch.Tensor:
-    return p
-
-
-@dataclass(frozen=True)
-class Branch:
-    """One rotation of queries and keys, valid on ``region`` (None = every pair).
-
-    ``q_rot(qp)`` / ``k_rot(kp)`` give the positions at which q and k are rotated (integers);
-    ``freq_scale`` multiplies inv_freq for this branch. ``kind`` is "near" (|d| below a window),
-    "far", "all", or for chunked regions (``window`` = chunk length c) "same_chunk" (``kp // c ==
-    qp // c``), "previous_chunk" (one chunk back) and "earlier_chunks" (two or more back); the engine
-    uses it only to know which keys a branch can touch.
-    """
-
-    region: Elementwise | None = None
-    q_rot: Elementwise = _identity
-    k_rot: Elementwise = _identity
-    freq_scale: float = 1.0
-    kind: str = "all"
-    window: int | None = None  # for kind near/far: the d threshold
-
-
-class Remap:
-    """Base class: identity (plain RoPE). Subclasses are frozen dataclasses."""
-
-    name = "none"
-    #: True when :meth:`allowed` imposes a mask of its own (set on every subclass that overrides it), so
-    #: the engine knows without calling it whether the scheme's mask is the whole mask.
-    restricts_keys: bool = False
-    #: True when :meth:`relative` differs from ``qp - kp`` (set on every subclass that overrides it): a
-    #: bias must then see the remapped distance, and a kernel that reads the bias by true distance
-    #: cannot run the scheme.
-    remaps_distance: bool = False
-
-    def branches(self) -> list[Branch]:
-        return [Branch()]
-
-    def relative(self, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
-        """Relative position RoPE sees for each pair (float), for docs, tests and plots."""
-        return (qp - kp).double()
-
-    def allowed(self, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor | None:
-        """An extra mask this remap imposes (None: none). Conjoined with the scheme's mask."""
-        return None
-
-    def to_dict(self) -> dict:
-        return {"kind": self.name, **asdict(self)} if hasattr(self, "__dataclass_fields__") else {
-            "kind": self.name}
-
+__all__ = ["REMAPS", "TEMPERATURES", "Branch", "Remap", "build_remap", "build_temperature", "logn_scale"]
 
 @dataclass(frozen=True)
 class NoRemap(Remap):
     name = "none"
-
-
-def _near(w: int) -> Elementwise:
-    return lambda qp, kp: (qp - kp) < w
-
-
-def _far(w: int) -> Elementwise:
-    return lambda qp, kp: (qp - kp) >= w
 
 
 @dataclass(frozen=True)
@@ -122,8 +72,8 @@ class ReRoPE(Remap):
     def branches(self) -> list[Branch]:
         w = self.window
         return [
-            Branch(region=_near(w), kind="near", window=w),
-            Branch(region=_far(w), q_rot=lambda qp: torch.full_like(qp, w),
+            Branch(region=near_band(w), kind="near", window=w),
+            Branch(region=far_band(w), q_rot=lambda qp: torch.full_like(qp, w),
                    k_rot=lambda kp: torch.zeros_like(kp), kind="far", window=w),
         ]
 
@@ -152,8 +102,8 @@ class LeakyReRoPE(Remap):
         if abs(shift - w * (k - 1)) > 1e-9:
             raise ValueError(f"leaky_rerope needs window * (factor - 1) to be an integer, got {w * (k - 1)}")
         return [
-            Branch(region=_near(w), kind="near", window=w),
-            Branch(region=_far(w), q_rot=lambda qp: qp + shift, freq_scale=1.0 / k, kind="far", window=w),
+            Branch(region=near_band(w), kind="near", window=w),
+            Branch(region=far_band(w), q_rot=lambda qp: qp + shift, freq_scale=1.0 / k, kind="far", window=w),
         ]
 
     def relative(self, qp, kp):
@@ -179,8 +129,8 @@ class SelfExtend(Remap):
         g, w = self.group, self.window
         shift = w - w // g
         return [
-            Branch(region=_near(w), kind="near", window=w),
-            Branch(region=_far(w), q_rot=lambda qp: torch.div(qp, g, rounding_mode="floor") + shift,
+            Branch(region=near_band(w), kind="near", window=w),
+            Branch(region=far_band(w), q_rot=lambda qp: torch.div(qp, g, rounding_mode="floor") + shift,
                    k_rot=lambda kp: torch.div(kp, g, rounding_mode="floor"), kind="far", window=w),
         ]
 
@@ -274,6 +224,57 @@ class ParallelContextWindows(Remap):
         return (self._pos(qp) - self._pos(kp)).double()
 
 
+@dataclass(frozen=True)
+class ShiftedRoPE(Remap):
+    """STRING (An et al. 2024, "Why Does the Effective Context Length of LLMs Fall Short?", arXiv 2410.18745;
+    HKUNLP/STRING ``string_for_llama.py``): the well-trained small positions overwrite the under-trained large
+    ones *inside* the trained window. With ``shift`` S (the authors' ``shifted_offset``, 0.25-0.4 L) and
+    ``local`` W (``small_local_value``, 128):
+
+        relative position = d            if d < S   (the authors' diagonal piece: flash-attn window S)
+                            d - S + W    if d >= S  (their shifted piece: query at qp - S + W, key at kp)
+
+    so no relative position exceeds ``N - 1 - S + W``. ``attention_factor`` a multiplies the logits by a^2
+    (the original multiplies cos and sin of q and k by ``0.1 ln 2 + 1``, as YaRN at s = 2, a hidden scale its
+    README does not mention; ``attention_factor=1`` is the bare formula).
+
+    Where the original differs (documented, not reproduced): its prefill (``string_flash_forward``) runs the
+    diagonal piece with flash-attn ``window_size=[S, 0]``, which admits d <= S, and the shifted piece with
+    d >= S, so the key at d = S enters the softmax twice (at distance S and at W); its decode path
+    (``do_flash_decoding``, keys ``kv_len - S .. kv_len - 1`` and ``0 .. kv_len - S - 1``) counts it once,
+    as posenc does everywhere. So the original's prefill and decode disagree at that one key per query."""
+
+    shift: int = 512
+    local: int = 128
+    attention_factor: float = 1.0
+    name = "string"
+    remaps_distance = True
+
+    def __post_init__(self):
+        check_positive_int("string.shift", self.shift)
+        check_positive_int("string.local", self.local, minimum=0)
+        if self.local > self.shift:
+            raise ValueError(f"string.shift must be >= local ({self.local}), got {self.shift}")
+        check_finite("string.attention_factor", self.attention_factor, minimum=0.0, strict_min=True)
+
+    def branches(self) -> list[Branch]:
+        s, w = self.shift, self.local
+        return [
+            Branch(region=near_band(s), kind="near", window=s),
+            # queries with a far key have qp >= S, so the clamp (for the others) changes no score
+            Branch(region=far_band(s), q_rot=lambda qp: (qp - (s - w)).clamp(min=0), kind="far", window=s),
+        ]
+
+    def relative(self, qp, kp):
+        d = (qp - kp).double()
+        return torch.where(d < self.shift, d, d - self.shift + self.local)
+
+    @property
+    def logit_scale(self) -> float:
+        """``attention_factor ** 2``: the original scales cos and sin of both q and k."""
+        return float(self.attention_factor) ** 2
+
+
 def _chunk_of(c: int) -> Elementwise:
     return lambda p: torch.div(p, c, rounding_mode="floor")
 
@@ -345,6 +346,9 @@ REMAPS: dict[str, type[Remap]] = {
     "streaming": StreamingReindex,
     "pcw": ParallelContextWindows,
     "dca": DualChunk,
+    "string": ShiftedRoPE,
+    "retrieval": BlockRetrieval,
+    "duo": DuoHeads,
 }
 
 
@@ -383,14 +387,62 @@ class Llama4Temperature:
         check_finite("temperature.attn_scale", self.attn_scale, minimum=0.0)
         check_finite("temperature.floor_scale", self.floor_scale, minimum=0.0, strict_min=True)
 
-    def scale(self, qp: torch.Tensor) -> torch.Tensor:
+    def scale(self, qp: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:  # noqa: ARG002 - per query
         """float64 factor per query position (same shape as ``qp``)."""
         steps = torch.floor((qp.double() + 1.0) / float(self.floor_scale))
         return 1.0 + float(self.attn_scale) * torch.log1p(steps)
 
 
+LENGTHS = ("query", "sequence")
+
+
+@dataclass(frozen=True)
+class LengthTemperature:
+    """A logit temperature that grows with the length n once it passes the trained length L:
+
+        logits x m(n) ** power,   m(n) = 1 + coef ln(n / L) for n > L, else 1
+
+    - ChunkLlama's (An et al. 2024, arXiv 2402.17463; HKUNLP/ChunkLlama ``chunkllama_attn_replace.py``,
+      ``get_mscale``): ``coef = 0.05``, ``power = 2`` (its rotary class multiplies cos and sin of q *and* k by
+      m, so the logits get m^2);
+    - Qwen2.5-1M's (Yang et al. 2025, arXiv 2501.15383, with DCA): ``coef = 0.1``, ``power = 1`` (the query).
+
+    ``length`` says what n is. ``"query"`` (default): n = qp + 1 for the query at qp, so a full forward equals
+    cached decoding (as posenc's dynamic schedules). ``"sequence"``: n = the largest key position of the
+    call + 1 for every query, ChunkLlama's prefill (its rotary cache is rebuilt with ``seq_len = kv_seq_len``
+    of the call). Both agree on the last query of a prefill and on every decode step's query. Where the
+    originals depart from both, and why they cannot be reproduced by a function of positions: ChunkLlama
+    rotates keys *before* caching them, with the m of the call that wrote them, so during its decoding a
+    logit is ``m(n_write(k)) m(n_now)`` (its prefill and decode disagree, which the issue that asked for this
+    measured); vLLM's Qwen2.5-1M kernel (``dual_chunk_flash_attn.py``) multiplies the *keys* by m of the
+    length when they were written (``orig_seq_lens`` at prefill, the current length at each decode step)."""
+
+    coef: float = 0.05
+    power: float = 2.0
+    train_len: int = 4096
+    length: str = "query"
+
+    def __post_init__(self):
+        check_finite("temperature.coef", self.coef, minimum=0.0)
+        check_finite("temperature.power", self.power, minimum=0.0)
+        check_positive_int("temperature.train_len", self.train_len)
+        if self.length not in LENGTHS:
+            raise ValueError(f"temperature.length must be one of {LENGTHS}, got {self.length!r}")
+
+    def scale(self, qp: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
+        """float64 factor per query position; ``seq_len`` (the call's length) is read for ``"sequence"``."""
+        if self.length == "sequence":
+            if seq_len is None:
+                raise ValueError("temperature.length='sequence' needs the call's key positions")
+            n = torch.full_like(qp, seq_len, dtype=torch.float64)
+        else:
+            n = qp.double() + 1.0
+        m = 1.0 + float(self.coef) * torch.log(n / float(self.train_len))
+        return torch.where(n > self.train_len, m, torch.ones_like(m)) ** float(self.power)
+
+
 # query-temperature kind -> class (PositionScheme.temperature)
-TEMPERATURES: dict[str, type] = {"llama4": Llama4Temperature}
+TEMPERATURES: dict[str, type] = {"llama4": Llama4Temperature, "log_length": LengthTemperature}
 
 
 def build_temperature(kind: str, **params):

@@ -20,121 +20,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from posenc._util import check_finite, check_positive_int
 from posenc.scheme.part import Part
+from posenc.scheme.records import LengthDefaults, Method, Param
 
 __all__ = ["HF_ONLY", "METHODS", "NONE", "TRAINED_METHODS", "Method", "Param", "UnknownMethodError", "hf_methods",
            "is_identity", "lookup", "parse_methods", "split_spec"]
 
 Scheme = Any  # a posenc.scheme.core.PositionScheme (core imports this module, not the other way round)
-
-
-# ===================================================================== records
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a method. ``default`` is the value used when it is not given; when that is not a
-    constant, ``rule`` says how it is chosen (``"required"``, ``"train_len // 2"``, ...) and
-    ``from_train_len`` computes it. ``minimum``/``maximum`` (``strict``: minimum excluded, ``integer``)
-    are the range the part validates (``strict_max``: maximum excluded). ``filled``: the method writes
-    the default into the scheme."""
-
-    name: str
-    default: Any = None
-    rule: str = ""
-    minimum: float | None = None
-    maximum: float | None = None
-    strict: bool = False
-    strict_max: bool = False
-    integer: bool = False
-    filled: bool = False
-    from_train_len: Callable[[int], Any] | None = None
-
-    @property
-    def required(self) -> bool:
-        return self.rule.startswith("required")
-
-    def default_for(self, train_len: int):
-        """The default at ``train_len`` (None: required, or applied by the part)."""
-        return self.from_train_len(train_len) if self.from_train_len is not None else self.default
-
-    def contains(self, value) -> bool:
-        """True when ``value`` is inside the documented range."""
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return isinstance(value, bool) and self.minimum is None and self.maximum is None
-        if self.integer and not float(value).is_integer():
-            return False
-        if self.minimum is not None and (value <= self.minimum if self.strict else value < self.minimum):
-            return False
-        return self.maximum is None or (value < self.maximum if self.strict_max else value <= self.maximum)
-
-    def describe(self) -> str:
-        """``"window=train_len // 2 (integer >= 1)"``."""
-        default = self.rule or repr(self.default)
-        lo = "" if self.minimum is None else f"{'>' if self.strict else '>='} {self.minimum:g}"
-        hi = "" if self.maximum is None else f"{'<' if self.strict_max else '<='} {self.maximum:g}"
-        rng = ", ".join(x for x in (lo, hi) if x)
-        if isinstance(self.default, bool):
-            rng = "true/false"
-        elif self.integer:
-            rng = f"integer {rng}"
-        return f"{self.name}={default}" + (f" ({rng})" if rng else "")
-
-
-# fn(train_len, eval_len, head_dim, base) -> parameters
-LengthDefaults = Callable[[int, int, "int | None", float], dict]
-
-
-@dataclass(frozen=True)
-class Method:
-    """One method (see the module docstring): inference-time in :data:`METHODS`, trained-in in
-    :data:`TRAINED_METHODS`."""
-
-    name: str
-    kind: str  # "frequencies" | "base" | "remap" | "logn" | "mask" | "embedding" | "identity"; trained-in
-    #            (TRAINED_METHODS): "bias" | "relative" | "gate"
-    description: str
-    paper: str  # "arXiv:NNNN.NNNNN", or the URL of the post that introduced it
-    apply: Callable[..., Scheme] | None  # fn(method, scheme, **params) -> scheme; None: transformers only
-    params: tuple[Param, ...] = ()
-    sets: tuple[str, ...] = ()  # the PositionScheme fields it changes
-    scaling_type: str | None = None  # posenc.parts.frequencies rope_type it writes into rope.scaling
-    remap_kind: str | None = None  # posenc.parts.remap kind it sets
-    dynamic: bool = False  # the frequencies depend on the sequence length
-    base_preset: str = "rope"  # the trained-in preset it applies to (tests, `posenc schemes`)
-    eval_defaults: LengthDefaults | None = None  # per-length defaults (lab evaluation); None: no parameters
-    hf_rope_type: str | None = None  # transformers' rope_type for the same schedule, where it has one
-    hf_native: bool = False  # posenc.hf.extend runs transformers' own code for it (unless native=False)
-    hf_original_len: bool = False  # transformers reads original_max_position_embeddings for it
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def is_identity(self) -> bool:
-        return self.kind == "identity"
-
-    @property
-    def param_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params)
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-    def filled_defaults(self, train_len: int | None = None) -> dict:
-        """The defaults the method writes into the scheme (``train_len`` for the length-derived ones)."""
-        return {p.name: p.default_for(train_len) for p in self.params if p.filled}
-
-    def length_defaults(self, train_len: int, eval_len: int, head_dim: int | None = None,
-                        base: float = 10000.0) -> dict:
-        """Parameters to evaluate at ``eval_len`` a model trained at ``train_len`` (see
-        :func:`posenc.lab.evaluate.length_defaults`)."""
-        return {} if self.eval_defaults is None else self.eval_defaults(train_len, eval_len, head_dim, base)
-
-    def build(self, scheme: Scheme, **params) -> Scheme:
-        if self.apply is None:
-            raise ValueError(f"method {self.name!r} exists only in transformers (posenc.hf.extend)")
-        return self.apply(self, scheme, **params)
+_ = LengthDefaults  # re-exported: the signature of Method.eval_defaults
 
 
 # ===================================================================== how methods apply
@@ -155,6 +52,9 @@ def _scaling(m: Method, scheme, factor=None, **params):
     rope_type = m.scaling_type
     rope = _need_rope(scheme, rope_type)
     train_len = _need_train_len(scheme, rope_type)
+    carried = {}
+    if rope.scaling == {"rope_type": "default", "resonance": True}:  # Resonance RoPE stacks on a schedule
+        carried, rope = {"resonance": True}, replace(rope, scaling=None)
     if rope.scaling is not None:
         raise ValueError(f"{scheme.name!r} already has rope scaling {rope.scaling.get('rope_type')!r}; "
                          f"frequency schedules do not stack")
@@ -163,7 +63,7 @@ def _scaling(m: Method, scheme, factor=None, **params):
         raise ValueError(f"method {rope_type!r} needs factor (e.g. target length / train_len = "
                          f"N/{train_len})")
     scaling = {"rope_type": rope_type, "original_max_position_embeddings": train_len,
-               **m.filled_defaults(train_len), **params}
+               **m.filled_defaults(train_len), **params, **carried}
     if factor is not None:
         scaling["factor"] = check_finite(f"{rope_type}.factor", factor, minimum=1.0)
     return replace(scheme, rope=replace(rope, scaling=scaling))
@@ -274,6 +174,53 @@ def _temperature_tuning(m: Method, scheme, attn_scale=None, floor_scale=None):
     return replace(scheme, temperature=Part("llama4", params))
 
 
+def _resonance(m: Method, scheme):
+    """Add ``resonance: True`` to the rope scaling (a plain RoPE gets ``{"rope_type": "default", ...}``): every
+    schedule's wavelengths are then rounded to integers (:func:`posenc.parts.frequencies.rope_frequencies`)."""
+    rope = _need_rope(scheme, m.name)
+    scaling = dict(rope.scaling or {"rope_type": "default"})
+    if scaling.get("resonance"):
+        raise ValueError(f"{scheme.name!r} already has Resonance RoPE")
+    return replace(scheme, rope=replace(rope, scaling={**scaling, "resonance": True}))
+
+
+_TEMPERATURES = {"chunkllama": (0.05, 2.0), "qwen": (0.1, 1.0)}  # dca's temperature forms: (coef, power)
+
+
+def _dca(m: Method, scheme, temperature="none", temperature_length="query", **params):
+    """Dual Chunk Attention's remap, and with ``temperature`` its logit temperature (ChunkLlama's or Qwen2.5-1M's
+    :class:`~posenc.parts.remap.LengthTemperature`, n per query or per call: ``temperature_length``)."""
+    for name, value in (("temperature", temperature), ("temperature_length", temperature_length)):
+        if not m.param(name).contains(value):
+            raise ValueError(f"dca.{name} must be one of {m.param(name).choices}, got {value!r}")
+    s = _set_remap(scheme, m.remap_kind, params, m.filled_defaults)
+    if temperature == "none":
+        return s
+    if scheme.temperature is not None:
+        raise ValueError(f"{scheme.name!r} already has a query temperature ({scheme.temperature.kind}); "
+                         f"temperatures do not stack")
+    coef, power = _TEMPERATURES[temperature]
+    return replace(s, temperature=Part("log_length", {"coef": coef, "power": power, "train_len": s.train_len,
+                                                      "length": temperature_length}))
+
+
+def _duo(m: Method, scheme, streaming=(), n_sinks=None, window=None):
+    """DuoAttention's split: ``streaming`` query heads on every layer, or one list per layer (the scheme becomes
+    a layer pattern with one scheme per layer)."""
+    L = _need_train_len(scheme, m.name)
+    if not m.param("streaming").contains(list(streaming) if isinstance(streaming, tuple) else streaming):
+        raise ValueError(f"duo.streaming must be a list of distinct query-head indices >= 0, or one such list per "
+                         f"layer, got {streaming!r}")
+    params = {"n_sinks": m.param("n_sinks").default if n_sinks is None else n_sinks,
+              "window": _positive_or_default(f"{m.name}.window", window, m.param("window").default_for(L))}
+    per_layer = bool(streaming) and all(isinstance(x, (list, tuple)) for x in streaming)
+    if not per_layer:
+        return _set_remap(scheme, m.remap_kind, {"streaming": sorted(streaming), **params})
+    layers = tuple(replace(_set_remap(scheme, m.remap_kind, {"streaming": sorted(h), **params}), name="duo")
+                   for h in streaming)
+    return replace(scheme.__class__(name=scheme.name, embedding=scheme.embedding, train_len=L), layers=layers)
+
+
 # ===================================================================== per-length defaults (the lab)
 def _leaky_factor(window: int, train_len: int, eval_len: int) -> float:
     """Smallest k >= 1 with ``w + (eval_len - 1 - w) / k <= train_len - 1`` (the largest relative distance
@@ -318,6 +265,28 @@ def _streaming_default(L, n, head_dim, base):
     return {"n_sinks": sinks, "window": L - sinks}
 
 
+def _string_default(L, n, head_dim, base):
+    """STRING at ``n``: the authors' shift (a third of L) and local window, the shift raised so that the largest
+    relative position ``n - 1 - S + W`` stays below L."""
+    local = _string_local(L)
+    return {"shift": min(max(L // 3, n - L + local, local, 1), max(n - 1, 1)), "local": local}
+
+
+def _string_local(L: int) -> int:
+    """STRING's local window W: 128 at the authors' 128k, here min(128, L // 16)."""
+    return min(128, L // 16)
+
+
+def _retrieval_block(L: int) -> int:
+    """InfLLM's block_size 128 at L = 8k: L // 64."""
+    return max(1, L // 64)
+
+
+def _retrieval_default(L, n, head_dim, base):
+    b = _retrieval_block(L)
+    return {"window": max(1, L // 2), "n_sinks": max(1, L // 64), "block": b, "top_k": max(1, L // 4 // b)}
+
+
 def _dca_chunk(L: int) -> int:
     """ChunkLlama's chunk size: 3/4 of the pretraining length."""
     return max(2, L * 3 // 4)
@@ -333,8 +302,8 @@ def _factor(rule: str = "required", **kw) -> Param:
     return Param("factor", rule=rule, minimum=1.0, **kw)
 
 
-def _window(rule: str, fn: Callable[[int], int], filled: bool = False) -> Param:
-    return Param("window", rule=rule, minimum=1, integer=True, from_train_len=fn, filled=filled)
+def _window(rule: str, fn: Callable[[int], int], filled: bool = False, original: str = "") -> Param:
+    return Param("window", rule=rule, minimum=1, integer=True, from_train_len=fn, filled=filled, original=original)
 
 
 _YARN_PARAMS = (_factor(), Param("beta_fast", 32.0, minimum=0.0, strict=True),
@@ -374,43 +343,60 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            _base_change, (Param("base", rule="required", minimum=0.0, strict=True),), ("rope.base",),
            eval_defaults=_rope_base_default),
     Method("rerope", "remap", "Su: relative position min(d, w)", "https://kexue.fm/archives/9708", _remap,
-           (_window("train_len // 2", lambda L: L // 2, filled=True),), ("remap",), remap_kind="rerope",
+           (_window("train_len // 2", lambda L: L // 2, filled=True, original="window"),), ("remap",),
+           remap_kind="rerope", original="bojone/rerope rerope_patch.py",
            eval_defaults=lambda L, n, d, b: {"window": max(1, L // 2)}),
     Method("leaky_rerope", "remap", "Su: w + (d - w)/k beyond the window", "https://kexue.fm/archives/9708",
-           _remap, (_window("train_len // 4", lambda L: L // 4, filled=True),
-                    Param("factor", 16.0, minimum=1.0, filled=True)), ("remap",), remap_kind="leaky_rerope",
+           _remap, (_window("train_len // 4", lambda L: L // 4, filled=True, original="window"),
+                    Param("factor", 16.0, minimum=1.0, filled=True, original="scaling_factor")), ("remap",),
+           remap_kind="leaky_rerope", original="bojone/rerope leaky_rerope_patch.py",
            eval_defaults=_leaky_default),
     Method("selfextend", "remap", "Jin et al. 2024: grouped positions beyond a neighbour window",
-           "arXiv:2401.01325", _remap, (Param("group", 4, minimum=1, integer=True, filled=True),
-                                        _window("train_len // 2", lambda L: L // 2, filled=True)),
-           ("remap",), remap_kind="selfextend", eval_defaults=_selfextend_default),
+           "arXiv:2401.01325", _remap,
+           (Param("group", 4, minimum=1, integer=True, filled=True,
+                  original="group_size_1 (floor; LongLM's main patch uses W / G, equal when G divides W)"),
+            _window("train_len // 2", lambda L: L // 2, filled=True, original="group_size_2 (neighbor window)")),
+           ("remap",), remap_kind="selfextend", eval_defaults=_selfextend_default,
+           original="datamllab/LongLM SelfExtend.py"),
     Method("logn", "logn", "Su: q scaled by max(1, log_L n)", "https://kexue.fm/archives/8823", _logn, (),
            ("logn",)),
     Method("sliding_window", "mask", "keys within the last `window` positions", "arXiv:2004.05150",
-           _sliding_window, (_window("train_len", lambda L: L),), ("mask",),
+           _sliding_window, (_window("train_len", lambda L: L, original="sliding_window (transformers, Mistral)"),),
+           ("mask",),
            eval_defaults=lambda L, n, d, b: {"window": L}),
     Method("lm_infinite", "mask", "Han et al. 2023: Lambda mask + distance ceiling", "arXiv:2308.16137",
-           _lm_infinite, (_window("train_len", lambda L: L), Param("n_global", 10, minimum=0, integer=True),
-                          Param("ceiling", rule="train_len", minimum=1, integer=True, from_train_len=lambda L: L)),
-           ("mask", "remap"), remap_kind="ceiling",
+           _lm_infinite, (_window("train_len", lambda L: L, original="local_branch"),
+                          Param("n_global", 10, minimum=0, integer=True, original="global_branch"),
+                          Param("ceiling", rule="train_len", minimum=1, integer=True, from_train_len=lambda L: L,
+                                original="limit_distance")),
+           ("mask", "remap"), remap_kind="ceiling", original="Glaciohound/LM-Infinite models/lambda_attention.py",
            eval_defaults=lambda L, n, d, b: {"window": L, "n_global": min(10, L // 2), "ceiling": L}),
     Method("streaming_llm", "mask", "Xiao et al. 2023: attention sinks + recent window", "arXiv:2309.17453",
-           _streaming_llm, (_window("train_len - n_sinks", lambda L: L - 4),
-                            Param("n_sinks", 4, minimum=0, integer=True)),
-           ("mask", "remap"), remap_kind="streaming", eval_defaults=_streaming_default),
+           _streaming_llm, (_window("train_len - n_sinks", lambda L: L - 4,
+                                    original="recent_size + 1 (recent_size does not count the current token)"),
+                            Param("n_sinks", 4, minimum=0, integer=True, original="start_size")),
+           ("mask", "remap"), remap_kind="streaming", eval_defaults=_streaming_default,
+           original="mit-han-lab/streaming-llm streaming_llm/kv_cache.py"),
     Method("bca", "mask", "Sun et al. 2022: blockwise causal attention, block L/2", "arXiv:2212.10554", _bca,
-           (Param("block", rule="train_len // 2", minimum=1, integer=True, from_train_len=lambda L: L // 2),),
+           (Param("block", rule="train_len // 2", minimum=1, integer=True, from_train_len=lambda L: L // 2,
+                  original="the paper's block (L/2); no runnable original"),),
            ("mask",), eval_defaults=lambda L, n, d, b: {"block": max(1, L // 2)}),
     Method("pcw", "remap", "Ratner et al. 2023: parallel context windows", "arXiv:2212.10947", _remap,
-           (_window("train_len", lambda L: L, filled=True), Param("n_windows", 2, minimum=1, integer=True,
-                                                                  filled=True)),
+           (_window("train_len", lambda L: L, filled=True, original="the paper's context-window length"),
+            Param("n_windows", 2, minimum=1, integer=True, filled=True, original="the paper's number of windows B")),
            ("remap",), remap_kind="pcw",
            eval_defaults=lambda L, n, d, b: {"window": L, "n_windows": max(1, math.ceil(n / L))}),
-    Method("dca", "remap", "An et al. 2024: Dual Chunk Attention (intra / successive / inter-chunk positions)",
-           "arXiv:2402.17463", _remap,
-           (Param("chunk", rule="train_len * 3 // 4", minimum=1, integer=True, filled=True, from_train_len=_dca_chunk),
-            Param("local", rule="train_len // 16", minimum=0, integer=True, filled=True, from_train_len=_dca_local)),
-           ("remap",), remap_kind="dca",
+    Method("dca", "remap", "An et al. 2024: Dual Chunk Attention (intra / successive / inter-chunk positions); "
+           "temperature= ChunkLlama's or Qwen2.5-1M's logit temperature", "arXiv:2402.17463", _dca,
+           (Param("chunk", rule="train_len * 3 // 4", minimum=1, integer=True, filled=True, from_train_len=_dca_chunk,
+                  original="chunk_size (pretraining_length * 3 // 4)"),
+            Param("local", rule="train_len // 16", minimum=0, integer=True, filled=True, from_train_len=_dca_local,
+                  original="local_window (replace_with_chunkllama's default: pretraining_length // 8)"),
+            Param("temperature", "none", choices=("none", "chunkllama", "qwen"),
+                  original="chunkllama: get_mscale 0.05 ln(n/L) + 1 on q and k; qwen: vLLM's 0.1 ln(n/L) + 1"),
+            Param("temperature_length", "query", choices=("query", "sequence"),
+                  original="n = kv_seq_len of the call (ChunkLlama's prefill: 'sequence')")),
+           ("remap",), remap_kind="dca", original="HKUNLP/ChunkLlama chunkllama_attn_replace.py",
            eval_defaults=lambda L, n, d, b: {"chunk": _dca_chunk(L), "local": _dca_local(L)}),
     Method("hierarchical", "embedding", "Su: read a learned table through its hierarchical decomposition (n^2)",
            "https://kexue.fm/archives/7947", _hierarchical,
@@ -418,13 +404,48 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            base_preset="learned"),
     Method("chunked_attention", "mask", "Llama 4: a query sees only the keys of its own chunk of `chunk` tokens",
            "https://ai.meta.com/blog/llama-4-multimodal-intelligence/", _chunked_attention,
-           (Param("chunk", rule="train_len", minimum=1, integer=True, from_train_len=lambda L: L),), ("mask",),
+           (Param("chunk", rule="train_len", minimum=1, integer=True, from_train_len=lambda L: L,
+                  original="attention_chunk_size (transformers Llama4TextConfig)"),), ("mask",),
            eval_defaults=lambda L, n, d, b: {"chunk": L}),
     Method("temperature_tuning", "logn", "Llama 4: q x (1 + attn_scale log(floor((p+1)/floor_scale) + 1))",
            "arXiv:2501.19399", _temperature_tuning,
            (Param("attn_scale", 0.1, minimum=0.0, filled=True),
             Param("floor_scale", rule="train_len", minimum=0.0, strict=True, filled=True,
                   from_train_len=lambda L: float(L))), ("temperature",)),
+    Method("string", "remap", "An et al. 2024 (STRING): d < S keeps d, beyond it d - S + W (well-trained positions "
+           "shifted over the far ones)", "arXiv:2410.18745", _remap,
+           (Param("shift", rule="train_len // 3", minimum=1, integer=True, filled=True,
+                  from_train_len=lambda L: max(1, L // 3), original="shifted_offset (README: 0.25-0.4 L)"),
+            Param("local", rule="min(128, train_len // 16)", minimum=0, integer=True, filled=True,
+                  from_train_len=_string_local, original="small_local_value (local_value)"),
+            Param("attention_factor", 1.0, minimum=0.0, strict=True,
+                  original="attention_factor = 0.1 ln 2 + 1 on cos and sin (hidden; set 1.0693 to reproduce)")),
+           ("remap",), remap_kind="string", eval_defaults=_string_default,
+           original="HKUNLP/STRING string_for_llama.py"),
+    Method("resonance", "frequencies", "Wang et al. 2024 (Resonance RoPE): every wavelength 2 pi / theta_i rounded "
+           "to an integer; stacks on a frequency schedule", "arXiv:2403.00071", _resonance, (), _ROPE,
+           original="sheryc/resonance_rope llama_finetuning/scaled_rope/modeling_llama_yarn.py"),
+    Method("retrieval", "remap", "Xiao et al. 2024 (InfLLM): sinks + local window + the top-k far blocks by "
+           "q . mean block key, far keys at distance `window`", "arXiv:2402.04617", _remap,
+           (_window("train_len // 2", lambda L: max(1, L // 2), filled=True, original="n_local"),
+            Param("n_sinks", rule="max(1, train_len // 64)", minimum=0, integer=True, filled=True,
+                  from_train_len=lambda L: max(1, L // 64), original="n_init"),
+            Param("block", rule="max(1, train_len // 64)", minimum=1, integer=True, filled=True,
+                  from_train_len=_retrieval_block, original="block_size"),
+            Param("top_k", rule="train_len // 4 // block", minimum=0, integer=True, filled=True,
+                  from_train_len=lambda L: max(1, L // 4 // _retrieval_block(L)), original="topk"),
+            Param("per_head", False, original="perhead")),
+           ("remap",), remap_kind="retrieval", eval_defaults=_retrieval_default,
+           original="thunlp/InfLLM inf_llm/attention/context_manager.py"),
+    Method("duo", "remap", "Xiao et al. 2024 (DuoAttention): streaming heads see sinks + a window, retrieval heads "
+           "everything (heads from posenc.engine.calibrate.calibrate_duo)", "arXiv:2410.10819", _duo,
+           (Param("streaming", [], heads=True, filled=True,
+                  original="query heads of the KV heads with full_attention_heads gate below the threshold"),
+            Param("n_sinks", 4, minimum=0, integer=True, filled=True, original="sink_size"),
+            Param("window", rule="train_len // 4", minimum=1, integer=True, filled=True,
+                  from_train_len=lambda L: max(1, L // 4), original="recent_size (streaming mask d < recent_size)")),
+           ("remap",), remap_kind="duo", original="mit-han-lab/duo-attention duo_attn/patch/streaming_attn.py",
+           eval_defaults=lambda L, n, d, b: {"streaming": [0], "n_sinks": 4, "window": max(1, L // 4)}),
 )}
 
 # ===================================================================== p-RoPE; trained-in CoPE, FoX, FIRE

@@ -9,7 +9,10 @@ does (same masks, branches, biases; only the summation order differs). It declar
 - ``run(call) -> [B,H,Nq,Dv]``;
 - ``learned_sinks``: whether it adds a call's ``sink_logits`` to the softmax denominator (the
   paths that finish on a materialised score tile, :func:`posenc.engine.scores.finish`); the others
-  are passed over for such a call by :func:`posenc.engine.dispatch.choose_backend`.
+  are passed over for such a call by :func:`posenc.engine.dispatch.choose_backend`;
+- ``content_selection``: whether it applies a remap's key selection by head or content
+  (:meth:`posenc.parts.remap.Remap.select`: InfLLM's block retrieval, DuoAttention's heads), which needs the
+  score tile too; the others are passed over for such a scheme the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Backend:
 
     name: str = ""
     learned_sinks: bool = False  # can add call.sink_logits (one logit per head) to the softmax denominator
+    content_selection: bool = False  # can run a remap that chooses keys by head or content (Remap.reads_content)
 
     def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
         return None

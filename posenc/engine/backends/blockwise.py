@@ -8,7 +8,7 @@ import torch
 
 from posenc.engine.backends.base import Backend
 from posenc.engine.call import AttentionCall
-from posenc.engine.scores import finish, head_index, rotate_branch, softcap
+from posenc.engine.scores import content_mask, finish, head_index, rotate_branch, softcap
 
 
 def candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
@@ -46,6 +46,7 @@ class Blockwise(Backend):
 
     name = "blockwise"
     learned_sinks = True  # each query tile's softmax spans all its visible keys: the sink joins it there
+    content_selection = True  # a remap's key choice is made per tile, against every key of the call
     tile = 256
 
     def run(self, call: AttentionCall):
@@ -78,6 +79,9 @@ class Blockwise(Backend):
         allowed = parts.allowed(qg, kg)  # [B,1,t,nc]
         if call.key_mask is not None:
             allowed = allowed & sel(call.key_mask, 1)[:, None, None, :]
+        chosen = content_mask(call, q[:, :, s:e], qp_t)  # [B,H|1,t,Nk] over every key, or None
+        if chosen is not None:
+            allowed = allowed & (chosen if idx is None else chosen.index_select(-1, idx))
         scores = None
         for br, rot in zip(parts.branches, rots):
             q_b = rot.q[:, :, s:e]
