@@ -178,3 +178,28 @@ def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, mo
     with pytest.raises(RuntimeError, match="disk full"):
         source.gguf_folder(bundled_gguf("smollm2"), cache_dir=tmp_path)
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".convert")] == []
+
+
+def test_lm_evaluation_harness_runs_on_an_extended_model(smol, monkeypatch):
+    """An extended model is an ordinary transformers model: lm-evaluation-harness's HFLM wrapper (offline, given
+    the model object) scores it, and its log-likelihood equals the one read off the model's own logits."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    _, tok = smol
+    model = _fresh("rerope", window=64)  # active: the context is ~300 tokens
+    context = " ".join(["The grass is green. The sky is blue. The pass key is 4721."] * 14) + " The pass key is"
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=1, max_length=2048)
+    (ll, greedy), = lm.loglikelihood([Instance("loglikelihood", {}, (context, " 4721"), 0)])
+    ctx_ids = tok(context).input_ids
+    cont_ids = tok(context + " 4721").input_ids[len(ctx_ids):]
+    ids = torch.tensor([ctx_ids + cont_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, len(ctx_ids) - 1:-1].float(), -1)
+    mine = float(logp[torch.arange(len(cont_ids)), torch.tensor(cont_ids)].sum())
+    assert abs(ll - mine) < 1e-3 and greedy == bool((logp.argmax(-1) == torch.tensor(cont_ids)).all())
+    (text,) = lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."], "max_gen_toks": 6,
+                                                                            "do_sample": False}), 0)])
+    assert "4721" in text

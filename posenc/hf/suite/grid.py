@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["ContextSpec", "SUITE_VERSION", "SuitePreset", "cell_key", "method_params", "plan", "run_suite"]
+__all__ = ["ContextSpec", "SUITE_VERSION", "SuitePreset", "cell_key", "method_params", "method_spec", "plan",
+           "run_suite"]
 
 SUITE_VERSION = 1
 """Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
@@ -35,9 +36,9 @@ SUITE_VERSION = 1
 @dataclass(frozen=True)
 class ContextSpec:
     """One kind of context: ``haystack`` (``book`` or ``noise``) holding the needles of ``generators``; ``seeds``
-    contexts of it per (method, length); ``target`` scored tokens at the end (book haystacks; 0: none);
-    ``max_length``: used only up to this length (None: every length); ``options``: keyword parameters per
-    generator (``{"niah": {"n_keys": 4}}``)."""
+    contexts of it per (method, length), seeds ``first_seed`` .. ``first_seed + seeds - 1``; ``target`` scored tokens
+    at the end (book haystacks; 0: none); ``max_length``: used only up to this length (None: every length);
+    ``options``: keyword parameters per generator (``{"niah": {"n_keys": 4}}``)."""
 
     haystack: str
     generators: tuple[str, ...]
@@ -45,6 +46,11 @@ class ContextSpec:
     target: int = 0
     max_length: int | None = None
     options: dict = field(default_factory=dict)
+    first_seed: int = 0
+
+    @property
+    def seed_range(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
 
     @property
     def name(self) -> str:
@@ -86,14 +92,22 @@ class SuitePreset:
         return asdict(self)
 
 
+def method_spec(label: str) -> str:
+    """The method spec of a row label: ``"dca@qwen"`` is ``dca`` with the fixed parameters the preset gives the
+    label ``dca@qwen`` (two rows of one method with different parameters); a label without ``@`` is the spec."""
+    return label.split("@", 1)[0]
+
+
 def method_params(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> dict:
-    """The parameters ``method`` runs with at ``length`` (per-length defaults, then the preset's fixed ones)."""
+    """The parameters row ``method`` (a label, :func:`method_spec`) runs with at ``length``: the per-length
+    defaults of its spec, then the preset's fixed ones for the label."""
     from posenc.lab.evaluate import length_defaults
     from posenc.scheme.methods import is_identity
 
-    if is_identity(method):
+    spec = method_spec(method)
+    if is_identity(spec):
         return {}
-    return {**length_defaults(method, train_len, length, head_dim=head_dim, base=base), **fixed.get(method, {})}
+    return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base), **fixed.get(method, {})}
 
 
 def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool) -> dict:
@@ -106,7 +120,7 @@ def cell_key(model_id: str, method: str, params: dict, length: int, spec: Contex
 def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
     """Every cell ``(length, method, context, seed)`` the preset may run, shortest length first."""
     return [(n, m, spec, s) for n in sorted(preset.lengths) for m in preset.methods for spec in preset.contexts
-            if spec.max_length is None or n <= spec.max_length for s in range(spec.seeds)]
+            if spec.max_length is None or n <= spec.max_length for s in spec.seed_range]
 
 
 @dataclass
@@ -121,13 +135,13 @@ class _Model:
     base: float
 
     def fresh(self, method: str, params: dict):
-        """A fresh copy of the model (float32, eval) extended with ``method``."""
+        """A fresh copy of the model (float32, eval) extended with row ``method`` (a label)."""
         import torch
 
         from posenc.hf.patch import extend, load
 
         model = load(self.folder, dtype=torch.float32)
-        return extend(model, method, **params)  # "none": the model as it is
+        return extend(model, method_spec(method), **params)  # "none": the model as it is
 
 
 def _load(source) -> _Model:
@@ -151,7 +165,7 @@ def _retrieval_rate(store, m: _Model, preset: SuitePreset, method: str, length: 
     hits = []
     params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
     for spec in preset.contexts:
-        for s in range(spec.seeds):
+        for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat))
             if v is not None:
                 hits += [a["correct"] for a in v["answers"]]
@@ -209,9 +223,12 @@ def run_suite(preset: SuitePreset, out_dir, *, progress: bool = True, log: Calla
         if preset.threads:
             torch.set_num_threads(preset.threads)
         try:
+            from posenc.hf.suite.calibration import resolve
+
             m = _load(preset.model)
             store = CellStore(out / "cells")
             t0 = time.perf_counter()
+            preset = resolve(preset, m, store, log)
             skipped = run_cells(preset, m, store, progress=progress, log=log, pruned=_pruned)
             elapsed = time.perf_counter() - t0
             return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed)

@@ -48,7 +48,7 @@ def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
     for spec in preset.contexts:
         if spec.max_length is not None and n > spec.max_length:
             continue
-        for s in range(spec.seeds):
+        for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat))
             if v is not None:
                 out.append((spec, s, v))
@@ -144,10 +144,11 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
 
     name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
     body = aggregate(preset, m, store, skipped=skipped, name=name)
-    total = sum(v.get("seconds", 0.0) for _, v in store.items())
+    cells = [v for k, v in store.items() if "method" in k]  # (the store also keeps calibrations)
+    total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
-            "left_out": skipped, "cells": len(store), "cell_seconds_total": round(total, 1),
+            "left_out": skipped, "cells": len(cells), "cell_seconds_total": round(total, 1),
             "this_sitting_seconds": round(run_seconds, 1)}
     results = {"meta": meta, **body}
     out.mkdir(parents=True, exist_ok=True)
