@@ -203,3 +203,25 @@ def test_lm_evaluation_harness_runs_on_an_extended_model(smol, monkeypatch):
     (text,) = lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."], "max_gen_toks": 6,
                                                                             "do_sample": False}), 0)])
     assert "4721" in text
+
+
+def test_cli_extend_and_eval_take_the_gguf_model(tmp_path, capsys):
+    """`posenc extend --model smollm2` saves the extended model with its tokenizer and chat template;
+    `posenc eval --hf-model <file.gguf>` scores text with the model's own tokenizer."""
+    import json
+
+    from posenc.cli import main
+
+    assert main(["extend", "--model", "smollm2", "--method", "yarn", "--factor", "2", "--save",
+                 str(tmp_path / "yarn")]) == 0
+    saved = tmp_path / "yarn"
+    assert (saved / "chat_template.jinja").is_file() and (saved / "tokenizer.json").is_file()
+    assert json.loads((saved / "config.json").read_text())["rope_parameters"]["rope_type"] == "yarn"
+    assert load_tokenizer(saved).chat_template == load_tokenizer("smollm2").chat_template
+    (tmp_path / "t.txt").write_text("The grass is green. The sky is blue. The sun is yellow. " * 40)
+    capsys.readouterr()
+    assert main(["eval", "--hf-model", str(bundled_gguf("smollm2")), "--text", str(tmp_path / "t.txt"),
+                 "--lengths", "64", "128", "--methods", "none", "--max-windows", "1", "--target", "16",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [r["tokens"] for r in rows] == [16, 16] and all(1 < r["ppl"] < 20 for r in rows)  # repeated text

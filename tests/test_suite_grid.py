@@ -128,7 +128,8 @@ def test_presets_are_valid_and_documented():
     from posenc.hf.suite.presets import SUITE_PRESETS
 
     short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
-    assert max(short.lengths) == 16384 and full.lengths == (4096, 8192, 16384, 32768)
+    assert short.lengths == (8192, 16384) and full.lengths == (4096, 8192, 16384, 32768)
+    assert set(short.methods) <= set(full.methods)  # a full run holds every cell of the short one
     assert full.reference_length == 8192 == short.reference_length  # SmolLM2's trained length
     wanted = {"pi", "ntk", "ntk_mixed", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "rerope", "leaky_rerope",
               "selfextend", "dca", "rerope+logn", "streaming_llm", "lm_infinite", "sliding_window"}
