@@ -64,22 +64,25 @@ class Param:
         """True when ``value`` is inside the documented range."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return isinstance(value, bool) and self.minimum is None and self.maximum is None
-        if self.integer and not float(value).is_integer():
+        if not math.isfinite(value) or self.integer and not float(value).is_integer():
             return False
         if self.minimum is not None and (value <= self.minimum if self.strict else value < self.minimum):
             return False
         return self.maximum is None or (value < self.maximum if self.strict_max else value <= self.maximum)
 
-    def describe(self) -> str:
-        """``"window=train_len // 2 (integer >= 1)"``."""
-        default = self.rule or repr(self.default)
+    def range_text(self) -> str:
+        """The allowed values alone: ``"integer >= 1"``, ``">= 0, <= 1"``, ``"true/false"``, or ``""``."""
         lo = "" if self.minimum is None else f"{'>' if self.strict else '>='} {self.minimum:g}"
         hi = "" if self.maximum is None else f"{'<' if self.strict_max else '<='} {self.maximum:g}"
         rng = ", ".join(x for x in (lo, hi) if x)
         if isinstance(self.default, bool):
-            rng = "true/false"
-        elif self.integer:
-            rng = f"integer {rng}"
+            return "true/false"
+        return f"integer {rng}".strip() if self.integer else rng
+
+    def describe(self) -> str:
+        """``"window=train_len // 2 (integer >= 1)"``."""
+        default = self.rule or repr(self.default)
+        rng = self.range_text()
         return f"{self.name}={default}" + (f" ({rng})" if rng else "")
 
 
@@ -445,7 +448,9 @@ def _check_ranges(m: Method, params: dict) -> None:
         if p is None:
             raise ValueError(f"preset {m.name!r} does not take parameter {name!r}; it takes {sorted(m.param_names)}")
         if not p.contains(value):
-            raise ValueError(f"{m.name}.{name} must be {p.describe().split('(', 1)[-1].rstrip(')')}, got {value!r}")
+            rng = p.range_text()
+            allowed = "true or false" if rng == "true/false" else f"a number {rng}" if rng else "a finite number"
+            raise ValueError(f"{m.name}.{name} must be {allowed}, got {value!r}")
 
 
 def _trained_part(field: str):

@@ -9,7 +9,12 @@ does (same masks, branches, biases; only the summation order differs). It declar
 - ``run(call) -> [B,H,Nq,Dv]``;
 - ``learned_sinks``: whether it adds a call's ``sink_logits`` to the softmax denominator (the
   paths that finish on a materialised score tile, :func:`posenc.engine.scores.finish`); the others
-  are passed over for such a call by :func:`posenc.engine.dispatch.choose_backend`.
+  are passed over for such a call by :func:`posenc.engine.dispatch.choose_backend`;
+- ``dtypes``: the input dtypes it computes. ``impl="auto"`` (and a fallback walk) passes over a backend
+  for any other dtype; naming it for one (``impl="flex"`` with float64) is a ``TypeError`` that names
+  the backends that run it. ``reference``, ``sdpa`` and ``blockwise`` run every float dtype (float64
+  exactly: cos/sin and the softmax in float64); the fused CPU kernel takes float32 and bfloat16 only,
+  compiled CPU flex float32, bfloat16 and float16 (inductor refuses float64).
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ import torch
 from posenc.engine.call import AttentionCall
 from posenc.engine.parts import AttentionParts
 
+ALL_FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+FUSED_CPU = (torch.float32, torch.bfloat16)  # aten._scaled_dot_product_flash_attention_for_cpu
+
 
 class Backend:
     """Base class of the execution paths (one instance each in :data:`posenc.engine.backends.BACKENDS`)."""
 
     name: str = ""
     learned_sinks: bool = False  # can add call.sink_logits (one logit per head) to the softmax denominator
+    dtypes: tuple[torch.dtype, ...] = ALL_FLOAT  # the input dtypes it computes (others: skipped / refused)
 
     def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
         return None
