@@ -315,20 +315,18 @@ def table_markdown(rows: list[dict]) -> str:
 
 
 def write_table(rows: list[dict], path) -> Path:
-    """Write :func:`table_markdown` of ``rows`` to ``path`` (folders created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table_markdown(rows), encoding="utf-8")
-    return path
+    """Write :func:`table_markdown` of ``rows`` to ``path`` atomically (folders created); returns the path."""
+    from posenc.lab.atomic import atomic_write_text
+
+    return atomic_write_text(path, table_markdown(rows))
 
 
 def write_json(rows: list[dict], path) -> Path:
-    """``{"versions", "summary", "rows"}`` as JSON at ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"versions": _versions(), "summary": summary(rows), "rows": rows}, indent=1) + "\n",
-                    encoding="utf-8")
-    return path
+    """``{"versions", "summary", "rows"}`` as JSON at ``path``, written atomically."""
+    from posenc.lab.atomic import atomic_write_text
+
+    return atomic_write_text(path, json.dumps({"versions": _versions(), "summary": summary(rows), "rows": rows},
+                                              indent=1) + "\n")
 
 
 # ----------------------------------------------------------------------------- real configs, shrunk
