@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from posenc.lab import checkpoint as C
+from posenc.lab.lock import LOCK_NAME
 from posenc.lab.train import TrainConfig, lr_at, param_groups, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,10 +93,10 @@ def test_kill_and_resume_is_bit_identical(corpus, tmp_path):
 def test_finished_checkpoint_is_reused(corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", steps=3)
     first = train(cfg, progress=False)
-    stamps = {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()}
+    stamps = {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir() if p.name != LOCK_NAME}
     again = train(replace(cfg, save_every=1, device="cpu"), progress=False)  # runtime-only fields may differ
     assert again["reused"] and again["history"] == first["history"] and again["val_loss"] == first["val_loss"]
-    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()} == stamps
+    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir() if p.name != LOCK_NAME} == stamps
     with pytest.raises(ValueError, match="different configuration.*lr"):
         train(replace(cfg, lr=1e-2), progress=False)
 
@@ -104,8 +105,8 @@ def test_checkpoint_files_and_config(corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", steps=2)
     train(cfg, progress=False)
     run = Path(cfg.out_dir)
-    assert sorted(p.name for p in run.iterdir()) == sorted(
-        ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])  # no temp files
+    assert sorted(p.name for p in run.iterdir()) == sorted(  # no temp files, no staging folder
+        [LOCK_NAME, "config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])
     meta = json.loads((run / "config.json").read_text())
     assert meta["dim"] == 32 and meta["scheme"]["name"] == "rope" and meta["posenc_version"]
     assert meta["extra"]["tokenizer"]["name"] == "byte" and meta["extra"]["train"]["steps"] == 2
