@@ -27,9 +27,7 @@ def _named(exc: OSError, path: Path) -> OSError:
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOSPC:
         reason += " (the disk is full: free space, or write elsewhere)"
-    new = OSError(exc.errno, f"could not write {path}: {reason}")
-    new.filename = str(path)
-    return new
+    return OSError(exc.errno, f"could not write {path}: {reason}")  # (a filename attribute would repeat it)
 
 
 def write_temp(folder: Path, name: str, data: bytes, mode: int = 0o644) -> Path:

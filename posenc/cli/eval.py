@@ -92,8 +92,9 @@ def _write_report(args: argparse.Namespace, records: list[dict]) -> None:
 
     results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
                         "lengths": args.lengths, "methods": args.methods}, "records": records}
+    from posenc.lab.atomic import atomic_write_json
+
     out = Path(args.report)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    atomic_write_json(out / "results.json", results, indent=1)
     paths = write_report(results, out)
     print(f"report: {paths['html']}")

@@ -31,10 +31,12 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.model)
     extend(model, args.method, native=native, **params_from_args(args))
     out = save(model, args.save)
+    from posenc.lab.atomic import atomic_write_bytes
+
     for f in _TOKENIZER_FILES:
         src = Path(args.model) / f
         if src.exists():
-            (out / f).write_bytes(src.read_bytes())
+            atomic_write_bytes(out / f, src.read_bytes())
     cfg = json.loads((out / "config.json").read_text())
     print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
                       "posenc": cfg.get("posenc")}))
