@@ -62,3 +62,18 @@ def test_lock_creates_the_folder(tmp_path):
     t = time.time()
     FolderLock(folder).acquire().release()
     assert time.time() - t < 5
+
+
+def test_tidy_removes_only_a_folder_it_created_and_left_empty(tmp_path):
+    new = tmp_path / "a" / "run"
+    with FolderLock(new, tidy=True):
+        assert (new / LOCK_NAME).exists()
+    assert not new.exists()  # nothing was written: no empty folder is left behind
+    with FolderLock(new, tidy=True):
+        (new / "model.safetensors").write_bytes(b"x")
+    assert sorted(p.name for p in new.iterdir()) == [LOCK_NAME, "model.safetensors"]
+    old = tmp_path / "existing"
+    old.mkdir()
+    with FolderLock(old, tidy=True):
+        pass
+    assert old.is_dir()  # not created by the lock: kept

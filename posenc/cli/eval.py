@@ -32,11 +32,11 @@ def add_parser(sub) -> None:
 
 
 def _add_hf_args(p: argparse.ArgumentParser) -> None:
-    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus`` and ``--max-windows``
-    above serve both paths)."""
+    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus``, ``--max-windows``
+    and the method parameters ``--param``/``--factor``/``--window`` serve both paths)."""
     p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model dir under posenc methods")
     p.add_argument("--text", default=None, help="text file to score (byte tokenizer)")
-    add_param(p)
+    add_param(p, "method parameter, repeatable; overrides the per-length default of every method that takes it")
     add_factor_window(p)
     p.add_argument("--passkey-trials", type=int, default=0, help="passkey prompts per depth (0: skip passkey)")
     p.add_argument("--passkey-depths", type=floats, default=[0.5])
@@ -63,9 +63,13 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.lab.evaluate import check_eval_args, evaluate_checkpoint, format_table
+    from posenc.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
 
     check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
+    # --factor/--window/--param: honoured on both paths (they override the per-length defaults), or refused
+    # here when no method takes them; never dropped
+    params = params_from_args(args)
+    check_method_params(args.methods or ["none"], params, hf=bool(args.hf_model))
     if args.hf_model:
         records = _evaluate_hf(args)
     else:
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
                                       split=args.split, mode=args.mode, max_windows=args.max_windows,
                                       batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
-                                      device=args.device)
+                                      device=args.device, params=params)
     print(format_table(records))
     if args.report:
         _write_report(args, records)

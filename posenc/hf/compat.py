@@ -245,7 +245,11 @@ def scan(families=None, *, progress: bool = True, seed: int = 0) -> list[dict]:
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
 
+    if isinstance(families, str):  # "llama,gemma3" is two families, not eleven letters
+        families = [f.strip() for f in families.split(",") if f.strip()]
     names = rope_families() if families is None else list(families)
+    if families is not None and not names:
+        raise ValueError("families must name at least one transformers family (None checks every family)")
     unknown = [f for f in names if not (_models_dir() / f / f"modeling_{f}.py").is_file()]
     if unknown:
         raise ValueError(f"unknown transformers model families {unknown}")

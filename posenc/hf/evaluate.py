@@ -14,17 +14,24 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from posenc.lab.evaluate import check_method_params, method_params
 from posenc.lab.records import EvalRecord
 from posenc.scheme.methods import parse_methods
 
 
-def _params_for(method: str, params: dict) -> dict:
-    """The subset of ``params`` the parts of ``method`` accept (HF-native names take all)."""
+def _used_params(model, method: str, given: dict) -> dict:
+    """The parameters ``extend`` applied: the model's own ``rope_parameters`` for a method transformers runs
+    (one schedule for all layers), else the given ones with the defaults the methods write in."""
+    from posenc.hf.patch import train_len_of
+
     methods = parse_methods(method, hf=True)
-    if len(methods) == 1 and methods[0].hf_native:
-        return dict(params)
-    accepted = {k for m in methods for k in m.param_names}
-    return {k: v for k, v in params.items() if k in accepted}
+    rp = getattr(model.config, "rope_parameters", None)
+    if len(methods) == 1 and methods[0].hf_native and isinstance(rp, dict) and "rope_type" in rp:
+        return {k: v for k, v in rp.items() if k not in ("rope_theta", "rope_type")}
+    defaults: dict = {}
+    for m in methods:
+        defaults.update({k: v for k, v in m.filled_defaults(train_len_of(model.config)).items() if v is not None})
+    return {**defaults, **given}
 
 
 def _logits_fn(model):
@@ -39,11 +46,12 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 text: str | None = None, params: dict | None = None, max_windows: int | None = 4,
                 batch_size: int = 1, passkey_depths: Sequence[float] = (0.5,), passkey_trials: int = 0,
                 tokenizer=None, device=None, seed: int = 0) -> list[dict]:
-    """One :class:`posenc.lab.records.EvalRecord` row (``to_dict()``, no ``params``) per (method, length), with
-    ``scheme`` the model_type. ``passkey`` is the mean exact
+    """One :class:`posenc.lab.records.EvalRecord` row (``to_dict()``) per (method, length), with ``scheme``
+    the model_type and ``params`` the parameters the method ran with. ``passkey`` is the mean exact
     accuracy over ``passkey_depths`` x ``passkey_trials`` prompts of that length (None when
-    ``passkey_trials`` is 0). ``params`` go to each method that accepts them. A method that cannot
-    apply (``ValueError``) gives a record with ``status="error"`` and the message in ``note``."""
+    ``passkey_trials`` is 0). ``params`` go to each method that accepts them; one that no method accepts is a
+    ``ValueError`` (it would be ignored). A method that cannot apply (``ValueError``) gives a record with
+    ``status="error"`` and the message in ``note``."""
     from pathlib import Path
 
     from posenc.hf.patch import load, train_len_of
@@ -62,6 +70,7 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
     tokens = np.asarray(tokens)
     if not lengths:
         raise ValueError("lengths must be non-empty")
+    check_method_params(methods, params, hf=True)
     records = []
     for method in methods:
         base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
@@ -73,7 +82,9 @@ def evaluate_hf(model_dir, tokens=None, lengths: Sequence[int] = (256,), methods
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
             from posenc.hf.patch import extend
 
-            extend(model, method, **_params_for(method, dict(params or {})))
+            given = method_params(method, params, hf=True)
+            extend(model, method, **given)
+            base = base.replace(params=_used_params(model, method, given))
             if device is not None:
                 model.to(device)
             fn = _logits_fn(model)

@@ -347,7 +347,7 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
     if threads:
         torch.set_num_threads(threads)
     try:
-        with FolderLock(out_dir, what="bench"), StopSignals() as stop:  # one bench per folder; Ctrl-C saves
+        with FolderLock(out_dir, what="bench", tidy=True), StopSignals() as stop:  # one bench per folder; Ctrl-C saves
             return _run(preset, Path(out_dir), progress, device, runs_dir, stop)
     finally:
         torch.set_num_threads(old_threads)

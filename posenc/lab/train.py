@@ -268,7 +268,7 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
         torch.distributed.init_process_group(backend)
         started_dist = True
     device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
-    lock = FolderLock(run_dir, what="run") if rank == 0 else None  # only rank 0 writes the folder
+    lock = FolderLock(run_dir, what="run", tidy=True) if rank == 0 else None  # only rank 0 writes the folder
     try:
         if lock is not None:
             lock.acquire()
