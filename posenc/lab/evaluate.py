@@ -69,7 +69,13 @@ def check_method_params(methods: Sequence[str], params: dict | None, *, hf: bool
     parameters each method takes; nothing to check without ``params``."""
     if not params:
         return
-    real = [m for m in methods if not is_identity(m)]
+    real = []
+    for m in methods:
+        try:
+            if not all(r.is_identity for r in parse_methods(m, hf=hf)):
+                real.append(m)
+        except ValueError:
+            continue  # an unknown name is reported where it is used (an error record, or check_eval_args)
     if not real:
         raise ValueError(f"method parameters {sorted(params)} were given but no method takes them: name the "
                          f"methods (e.g. --methods yarn)")
