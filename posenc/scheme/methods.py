@@ -449,7 +449,8 @@ def _check_ranges(m: Method, params: dict) -> None:
             raise ValueError(f"preset {m.name!r} does not take parameter {name!r}; it takes {sorted(m.param_names)}")
         if not p.contains(value):
             rng = p.range_text()
-            allowed = "true or false" if rng == "true/false" else f"a number {rng}" if rng else "a finite number"
+            allowed = ("true or false" if rng == "true/false" else f"an {rng}" if rng.startswith("integer")
+                       else f"a number {rng}" if rng else "a finite number")
             raise ValueError(f"{m.name}.{name} must be {allowed}, got {value!r}")
 
 
