@@ -312,3 +312,14 @@ def test_cli_bench_on_sigint_prints_one_line_and_exits_130(tiny):
         r"posenc: interrupted by SIGINT at step \d+ of 100000: saved a checkpoint in .*rope; run the same command "
         r"again to resume from it", last), err[-2000:]
     assert 0 < read_train_state(out / "runs" / "rope")["step"] < 100000
+
+
+def test_a_rerun_removes_the_temp_files_of_a_killed_one(tiny):
+    tmp_path, _ = tiny
+    out = tmp_path / "out"
+    (out / "cells").mkdir(parents=True)
+    stale = [out / ".results.json.k1.tmp", out / ".ppl_vs_length.png.k2.tmp", out / "cells" / ".0123abcd.json.k3.tmp"]
+    for p in stale:
+        p.write_text("partial")
+    bench.run_bench("tiny", out, progress=False)
+    assert not any(p.exists() for p in stale) and not list(out.rglob("*.tmp"))

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from posenc._util import check_device, check_positive_int
-from posenc.lab.atomic import atomic_write_json
+from posenc.lab.atomic import atomic_write_json, remove_stale_temps
 from posenc.lab.bench_cells import BenchCells, save_every, train_or_reuse
 from posenc.lab.interrupt import StopSignals
 from posenc.lab.lock import FolderLock
@@ -438,6 +438,7 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
 
     runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out_dir)  # of results, reports and PNGs a killed run was writing (we hold the lock)
     log = _Log(progress)
     timings: dict[str, float] = {}
     machine = _machine(device)

@@ -66,9 +66,11 @@ class BenchCells:
         import numpy as np
 
         from posenc._version import __version__
+        from posenc.lab.atomic import remove_stale_temps
         from posenc.lab.cells import CellStore
 
         self.store, self.stop = CellStore(folder), stop
+        remove_stale_temps(folder)  # of cells a killed run was writing (the bench holds the folder's lock)
         config = {k: v for k, v in preset.to_dict().items() if k not in ("name", "description", "threads")}
         tokens = hashlib.sha256(np.ascontiguousarray(data.test).tobytes()).hexdigest()
         self.base = json.loads(json.dumps({"preset": config, "test_tokens": tokens, "device": device,
