@@ -245,3 +245,26 @@ def test_eval_factor_is_used_and_printed(run_dir, capsys, tmp_path):
     lines = [ln for ln in printed.splitlines() if ln.split()[:2] in (["rope", "yarn"], ["rope", "rerope"])]
     assert len(lines) == 4 and all(("factor=2 " in ln) == (" yarn " in ln) for ln in lines)
     assert all("window=8" in ln for ln in lines if " rerope " in ln)
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_status_130(monkeypatch, capsys):
+    import posenc.cli.schemes as schemes
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schemes, "run", interrupted)
+    monkeypatch.setattr(cli, "build_parser", _parser_with(schemes, interrupted))
+    assert cli.main(["schemes"]) == 130
+    assert capsys.readouterr().err.strip() == "posenc: interrupted"
+
+
+def _parser_with(module, func):
+    real = cli.build_parser
+
+    def build(names=None):
+        parser = real(names)
+        parser.set_defaults(func=func)
+        return parser
+
+    return build

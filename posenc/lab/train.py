@@ -283,11 +283,11 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
             torch.distributed.destroy_process_group()
 
 
-def _stop_now(stop: StopSignals, world: int) -> bool:
+def _stop_now(stop: StopSignals, world: int, device) -> bool:
     """Whether a stop was requested, agreed by every rank (one all-reduce per step under DDP)."""
     if world == 1:
         return stop.requested
-    flag = torch.tensor([1.0 if stop.requested else 0.0])
+    flag = torch.tensor([1.0 if stop.requested else 0.0], device=device)  # on the device: NCCL needs it there
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
     return bool(flag.item())
 
@@ -379,7 +379,7 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm, 
             save(False)
         if on_step is not None:
             on_step(step + 1, state["history"][-1])
-        if _stop_now(stop, world) and step + 1 < cfg.steps:  # SIGINT/SIGTERM: save this step, then stop
+        if _stop_now(stop, world, device) and step + 1 < cfg.steps:  # SIGINT/SIGTERM: save this step, then stop
             bar.close()
             state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
             save(False)
