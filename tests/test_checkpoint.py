@@ -271,3 +271,22 @@ def test_two_writers_of_one_run_folder(corpus, tmp_path):  # noqa: F811
         first.wait()
     cfg = tiny(corpus, out, steps=2)
     assert train(cfg, progress=False)["steps"] == 2  # the killed holder left no stale lock
+
+
+def test_a_weights_only_save_over_a_full_checkpoint_drops_the_old_train_state(corpus, tmp_path):  # noqa: F811
+    """Files of the previous checkpoint that the new one does not have are not read as part of it."""
+    cfg = tiny(corpus, tmp_path / "run", steps=2)
+    train(cfg, progress=False)
+    model = C.load_model(cfg.out_dir)
+    C.save_checkpoint(cfg.out_dir, model, model.cfg)  # weights only
+    assert C.read_train_state(cfg.out_dir) == {} and C.load_checkpoint(cfg.out_dir)["train_state"] == {}
+    assert not (Path(cfg.out_dir) / C.STATE_JSON).exists()
+
+
+def test_a_listed_state_file_that_is_missing_is_an_error_not_a_fresh_start(corpus, tmp_path):  # noqa: F811
+    cfg = tiny(corpus, tmp_path / "run", steps=4, save_every=2)
+    with pytest.raises(Killed):
+        train(cfg, progress=False, on_step=lambda step, loss: (_ for _ in ()).throw(Killed) if step == 3 else None)
+    (Path(cfg.out_dir) / C.STATE_JSON).unlink()
+    with pytest.raises(ValueError, match=r"train_state\.json is missing"):
+        train(cfg, progress=False)

@@ -86,6 +86,8 @@ def _move_staged(folder: Path, names: list[str]) -> None:
     for name in sorted(names, key=lambda n: n == CONFIG_FILE):
         if (stage / name).exists():
             os.replace(stage / name, folder / name)
+    for name in set(_FILES) - set(names):  # files of the previous checkpoint that the new one has not
+        (folder / name).unlink(missing_ok=True)
     fsync_dir(folder)
     remove_stale_temps(stage)
     try:
@@ -265,15 +267,23 @@ def checkpoint_files(run_dir) -> tuple[dict, dict[str, Path]]:
     stage = run_dir / PENDING
     if (stage / CONFIG_FILE).is_file():
         config = _staged_config(run_dir)
-        names = set(config.get("checkpoint", {}).get("files", {})) | {MODEL_FILE, STATE_FILE, STATE_JSON}
-        return config, {n: stage / n if (stage / n).is_file() else run_dir / n for n in names}
+        return config, {n: stage / n if (stage / n).is_file() else run_dir / n for n in _committed(config, stage)}
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"{path} does not exist: {run_dir} is not a posenc checkpoint folder "
                          f"(expected {MODEL_FILE} + {CONFIG_FILE}, written by `posenc train`)")
     config = _parse_config(path)
-    names = set(config.get("checkpoint", {}).get("files", {})) | {MODEL_FILE, STATE_FILE, STATE_JSON}
-    return config, {n: run_dir / n for n in names}
+    return config, {n: run_dir / n for n in _committed(config, run_dir)}
+
+
+def _committed(config: dict, folder: Path) -> list[str]:
+    """The data files a config commits to: those its ``checkpoint`` section lists (missing ones are
+    reported when read; a file of an earlier checkpoint that the new one does not list is not part of it),
+    or, for a config of an early version without that section, the weights and whichever state files exist."""
+    files = config.get("checkpoint", {}).get("files")
+    if files is not None:
+        return [n for n in files if n != CONFIG_FILE]
+    return [MODEL_FILE] + [n for n in (STATE_FILE, STATE_JSON) if (folder / n).is_file()]
 
 
 def read_config(run_dir) -> dict:
@@ -285,7 +295,7 @@ def read_train_state(run_dir) -> dict:
     """The ``train_state`` (step, finished, history ...) of a run's checkpoint, checked against its digest;
     ``{}`` for a checkpoint without one (weights only)."""
     config, paths = checkpoint_files(run_dir)
-    if STATE_JSON not in config.get("checkpoint", {}).get("files", {}) and not paths[STATE_JSON].is_file():
+    if STATE_JSON not in paths:
         return {}
     meta = _state_meta(paths, config)
     return meta.get("train_state", {})
@@ -323,7 +333,7 @@ def lm_config(config: dict) -> LMConfig:
 
 
 def _read_file(paths: dict[str, Path], name: str, config: dict) -> bytes:
-    path = paths[name]
+    path = paths.get(name) or paths[MODEL_FILE].parent / name
     if not path.is_file():
         raise ValueError(_fix(path, "is missing"))
     data = path.read_bytes()
@@ -342,7 +352,8 @@ def _load_tensors(paths: dict[str, Path], name: str, config: dict) -> dict[str, 
     try:
         return st_load(data)
     except Exception as exc:  # safetensors raises its own error types
-        raise ValueError(_fix(paths[name], f"is not a readable safetensors file ({exc})")) from None
+        raise ValueError(_fix(paths.get(name) or paths[MODEL_FILE].parent / name,
+                              f"is not a readable safetensors file ({exc})")) from None
 
 
 def _state_meta(paths: dict[str, Path], config: dict) -> dict:
@@ -418,7 +429,7 @@ def load_checkpoint(run_dir, model: TinyLM | None = None, optimizer=None, *, res
     if model is None:
         target = target.to(device)
     train_state: dict = {}
-    if paths[STATE_JSON].is_file() or STATE_JSON in config.get("checkpoint", {}).get("files", {}):
+    if STATE_JSON in paths:
         meta = _state_meta(paths, config)
         train_state = meta.get("train_state", {})
         tensors = _load_tensors(paths, STATE_FILE, config)
