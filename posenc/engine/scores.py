@@ -36,8 +36,9 @@ def rotate_branch(call: AttentionCall, branch: Branch) -> Rotated:
     inv = call.freqs.inv_freq.to(q.device).double() * branch.freq_scale
     layout, rd, xpos = parts.rope.layout, parts.rotary_dim, parts.rope.xpos
     if call.q_axes is not None:  # multi-axis RoPE: cos/sin [B,1 or H,N,R/2] from the coordinates
-        qc, qs_ = parts.multiaxis.cos_sin(call.q_axes, inv)
-        kc, ks_ = parts.multiaxis.cos_sin(call.k_axes, inv)
+        wide = torch.float64 if q.dtype == torch.float64 else torch.float32  # float64 stays exact
+        qc, qs_ = parts.multiaxis.cos_sin(call.q_axes, inv, wide)
+        kc, ks_ = parts.multiaxis.cos_sin(call.k_axes, inv, wide)
         scale = q_scale.to(qc.dtype)  # [B,1,Nq,1]
         return Rotated(apply_rope_cos_sin(q, qc * scale, qs_ * scale, layout, rd),
                        apply_rope_cos_sin(k, kc, ks_, layout, rd))
@@ -134,13 +135,14 @@ def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scal
     if parts.relative is not None:
         scores = parts.relative.logits(scores, allowed, q, k, q_pos, k_pos, q_scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
+    wide = torch.promote_types(scores.dtype, torch.float32)  # fp32 softmax for 16-bit inputs; float64 stays float64
     if sink_logits is not None:
-        sink = sink_logits.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [B,H,Nq,1]
-        probs = torch.softmax(torch.cat((scores.float(), sink), dim=-1), dim=-1)[..., :-1]
+        sink = sink_logits.to(wide).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [B,H,Nq,1]
+        probs = torch.softmax(torch.cat((scores.to(wide), sink), dim=-1), dim=-1)[..., :-1]
     else:
-        probs = torch.softmax(scores.float(), dim=-1)
-    if sink_logits is None and not bool(allowed.any(dim=-1).all()):
-        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key -> 0 output
+        probs = torch.softmax(scores.to(wide), dim=-1)
+    if not bool(allowed.any(dim=-1).all()):
+        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key (and a -inf sink) -> 0 output
     probs = probs.to(v.dtype)
     out = probs @ v
     if parts.relative is not None:

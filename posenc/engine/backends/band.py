@@ -7,7 +7,14 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import Backend, distance_profile, first_reason, fused_cpu_reason, position_run
+from posenc.engine.backends.base import (
+    FUSED_CPU,
+    Backend,
+    distance_profile,
+    first_reason,
+    fused_cpu_reason,
+    position_run,
+)
 from posenc.engine.call import AttentionCall
 from posenc.engine.scores import rotate_branch
 
@@ -18,6 +25,7 @@ class BandMerge(Backend):
     decode step), on CPU, at inference."""
 
     name = "band"
+    dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
         parts = call.parts
