@@ -14,7 +14,7 @@ Contexts: a book context (Gutenberg prose) holding the multi-key/multi-query nee
 target passage (perplexity), pass-key contexts in Landmark's noise haystack, and (full, up to 16k) a noise context
 with the multi-value, variable-tracking and common-word tasks (up to 8k: at its trained length the model scores
 near chance on them, so longer contexts would show nothing). Method parameters follow the length
-(:func:`posenc.hf.suite.grid.method_params`: ``factor = n / 8192``, SelfExtend's group, DCA's chunk 6144 and local
+(:func:`posenc.hf.suite.spec.method_params`: ``factor = n / 8192``, SelfExtend's group, DCA's chunk 6144 and local
 512, the windows at 8192, ...); the dynamic schedules recompute their length every 512 positions (``step``), which
 keeps cached decoding equal to the full forward and costs the engine one call per 512 queries instead of one per
 query.
@@ -22,7 +22,7 @@ query.
 
 from __future__ import annotations
 
-from posenc.hf.suite.grid import ContextSpec, SuitePreset
+from posenc.hf.suite.spec import ContextSpec, SuitePreset
 
 __all__ = ["SUITE_PRESETS"]
 

@@ -25,11 +25,9 @@ import math
 import statistics
 from pathlib import Path
 
-from posenc.hf.suite.tasks import QUERY_KINDS
+from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 
-__all__ = ["RETRIEVAL_KINDS", "aggregate", "write_results"]
-
-RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv")
+__all__ = ["aggregate", "write_results"]
 DEPTH_BINS = 5
 
 
@@ -41,7 +39,7 @@ def _interval(k: int, n: int) -> dict:
 
 
 def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
-    from posenc.hf.suite.grid import cell_key, method_params
+    from posenc.hf.suite.spec import cell_key, method_params
 
     params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
     out = []
@@ -57,7 +55,7 @@ def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
 
 def _record(name: str, m, preset, method: str, n: int, cells: list[tuple]) -> dict:
     """The EvalRecord row of one (method, length)."""
-    from posenc.hf.suite.grid import method_params
+    from posenc.hf.suite.spec import method_params
     from posenc.lab.records import EvalRecord
     from posenc.lab.stats import ppl_interval
 
