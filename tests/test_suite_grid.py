@@ -113,7 +113,7 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
         params = spec_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
         for spec in preset.contexts:
             store.put(spec_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
-                      {"answers": [{"correct": right}] * 2})
+                      {"answers": [{"correct": right, "kind": "passkey", "chance": 0.0}] * 2})
 
     put("none", 1024, True)
     put("selfextend", 1024, True)

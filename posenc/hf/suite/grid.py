@@ -29,16 +29,26 @@ from posenc.hf.suite.spec import ContextSpec, ModelFacts, SuitePreset, cell_key,
 
 __all__ = ["ContextSpec", "SuitePreset", "plan", "run_suite"]
 
-def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> float | None:
-    """Mean exact-match rate over every finished query of ``method`` at ``length`` (None when none finished)."""
-    hits = []
+def _answers(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> list[dict]:
+    """Every finished answer of ``method`` at ``length``."""
+    out = []
     params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
     for spec in preset.contexts:
         for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat))
             if v is not None:
-                hits += [a["correct"] for a in v["answers"]]
-    return sum(hits) / len(hits) if hits else None
+                out += v["answers"]
+    return out
+
+
+def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> float | None:
+    """The informative retrieval score (:func:`posenc.hf.suite.results.informative_kinds`) of the finished
+    answers of ``method`` at ``length`` (None when none finished)."""
+    from posenc.hf.suite.results import informative_kinds, pooled, task_counts
+
+    kinds = informative_kinds(task_counts(_answers(store, m, preset, preset.methods[0], preset.reference_length)))
+    got = pooled(task_counts(_answers(store, m, preset, method, length)), kinds)
+    return got["value"] if got["n"] else None
 
 
 def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:

@@ -209,6 +209,8 @@ def _summary(results: dict) -> list[str]:
         lines.append(f"Reference: the untouched model's retrieval at {_k(ref['length'])} is {ref['retrieval']:.2f}; "
                      f"a length counts as effective while retrieval stays >= {ref['fraction']} x that = "
                      f"{ref['threshold']:.2f} at every length up to it (RULER's definition, arXiv 2404.06654).")
+        lines.append("Retrieval pools the kinds the untouched model solves above chance at the reference length: "
+                     + ", ".join(ref.get("kinds", [])) + " (every kind is in the per-task tables).")
     for method, why in sorted(results["meta"].get("left_out", {}).items()):
         lines.append(f"Left out: {method} ({why}).")
     return lines
