@@ -82,7 +82,6 @@ CASES = [
     (["eval", NO], "is not a posenc checkpoint folder"),
     (["eval"], "give a checkpoint folder"),
     # plot
-    (["plot", "decay", "--out", "/nonexistent/dir/x.png"], "out folder '/nonexistent/dir' does not exist"),
     (["plot", "decay", "--out", "/tmp/x.jpg"], "out must be a .png file"),
     (["plot", "rotations", "--out", "/tmp/x.png", "--head-dim", "0"], "head-dim must be an integer >= 2"),
     # generate / bench
@@ -136,6 +135,12 @@ def test_generate_on_a_real_checkpoint_still_works(run_dir, capsys):
 def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
     rc, err = run_cli(["eval", run_dir, *extra], capsys)
     assert_one_line_error(rc, err, match)
+
+
+def test_train_with_a_missing_corpus_writes_nothing(tmp_path, capsys):
+    rc, err = run_cli(["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"], capsys)
+    assert_one_line_error(rc, err, "corpus must be one of")
+    assert not (tmp_path / "a").exists()
 
 
 def test_train_with_a_mistyped_scheme_json_is_refused(tmp_path, capsys):

@@ -260,6 +260,7 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
+    _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     run_dir = Path(cfg.out_dir)
     rank, world, local_rank = _dist_env()
     started_dist = False
@@ -281,6 +282,16 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
             lock.release()
         if started_dist:
             torch.distributed.destroy_process_group()
+
+
+def _check_corpus(corpus) -> None:
+    """A corpus that is neither registered nor an existing file/folder is refused before anything is written."""
+    from posenc.lab.corpora import CORPORA
+
+    if isinstance(corpus, str) and corpus in CORPORA:
+        return
+    if not Path(corpus).expanduser().exists():
+        raise ValueError(f"corpus must be one of {sorted(CORPORA)} or an existing file/folder, got {str(corpus)!r}")
 
 
 def _stop_now(stop: StopSignals, world: int, device) -> bool:
