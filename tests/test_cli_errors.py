@@ -138,7 +138,8 @@ def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, cap
 
 
 def test_train_with_a_missing_corpus_writes_nothing(tmp_path, capsys):
-    rc, err = run_cli(["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"], capsys)
+    argv = ["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"]
+    rc, err = run_cli(argv, capsys)
     assert_one_line_error(rc, err, "corpus must be one of")
     assert not (tmp_path / "a").exists()
 

@@ -20,7 +20,10 @@ from posenc._figures import new_figure, save_png
 from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 from posenc.scheme.methods import is_identity
 
-__all__ = ["Table", "render_html", "render_markdown", "write_report"]
+__all__ = ["README_MARKS", "Table", "readme_block", "render_html", "render_markdown", "write_report"]
+
+# the README holds each committed suite run's tables between these marks (tests/test_suite_readme.py)
+README_MARKS = ("<!-- suite:{name}:begin -->", "<!-- suite:{name}:end -->")
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,15 @@ def _sections(results: dict) -> list[tuple[str, Table | str]]:
     for n in lengths[-2:]:
         out.append((f"Accuracy per task kind at {_k(n)} (exact match, 95% Wilson interval, n)", task_table(results, n)))
     return out
+
+
+def readme_block(results: dict, name: str) -> str:
+    """The README's copy of a committed run ``name``: its summary, the method x length table and the cost table,
+    rendered from ``results.json`` exactly as ``report.md`` renders them, between :data:`README_MARKS`."""
+    begin, end = (m.format(name=name) for m in README_MARKS)
+    body = [begin, "", *_summary(results), "", main_table(results).markdown(), "", cost_table(results).markdown(), "",
+            end]
+    return "\n".join(body)
 
 
 def render_markdown(results: dict, images: list[Path]) -> str:
