@@ -63,4 +63,4 @@ clean:
 # Which transformers RoPE families posenc.hf.extend works on (tiny random models; minutes, single-threaded is fine)
 .PHONY: compat
 compat: $(STAMP)
-	$(VENV)/bin/posenc compat --out benchmarks/results/hf_compat.md --json benchmarks/results/hf_compat.json
+	$(VENV)/bin/posenc compat --out benchmarks/results
