@@ -162,6 +162,13 @@ def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, cap
     assert_one_line_error(rc, err, match)
 
 
+def test_train_with_a_missing_corpus_writes_nothing(tmp_path, capsys):
+    rc, err = run_cli(["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"],
+                      capsys)
+    assert_one_line_error(rc, err, "unknown corpus")
+    assert not (tmp_path / "a").exists()
+
+
 def test_train_with_a_mistyped_scheme_json_is_refused(tmp_path, capsys):
     scheme = tmp_path / "scheme.json"
     scheme.write_text(json.dumps({"name": "x", "rope": {}, "logn": "no", "train_len": 64}))

@@ -52,6 +52,7 @@ def test_short_greedy_generation_is_fluent_english(smol):
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,params", [("selfextend", {"window": 64, "group": 4}),
                                            ("rerope", {"window": 64}),
                                            ("dca", {"chunk": 96, "local": 16}),
@@ -161,6 +162,7 @@ def test_tokenizer_and_source_errors_are_clear(tmp_path):
         load_tokenizer(tmp_path / "notok")
 
 
+@pytest.mark.slow
 def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, monkeypatch):
     """The cached plain folder holds exactly the de-quantized GGUF weights; a conversion that fails leaves no
     folder behind (the next call converts again)."""
@@ -180,6 +182,7 @@ def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, mo
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".convert")] == []
 
 
+@pytest.mark.slow
 def test_lm_evaluation_harness_runs_on_an_extended_model(smol, monkeypatch):
     """An extended model is an ordinary transformers model: lm-evaluation-harness's HFLM wrapper (offline, given
     the model object) scores it, and its log-likelihood equals the one read off the model's own logits."""

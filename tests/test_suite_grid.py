@@ -9,6 +9,7 @@ import transformers
 
 from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
 from posenc.hf.suite import grid as grid_mod
+from posenc.hf.suite import spec as spec_mod
 from posenc.lab.cells import CellStore
 from posenc.lab.lock import FolderInUseError, FolderLock
 from posenc.lab.records import EvalRecord, RetrievalRecord
@@ -105,14 +106,14 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
     """With prune_from, a method runs at a length only if its retrieval at the previous length reached the
     threshold; the reason is recorded."""
     preset = _preset(tiny, prune_from=2048)
-    m = grid_mod._load(preset.model)
+    m = spec_mod.load_facts(preset.model)
     store = CellStore(tmp_path)
 
     def put(method, n, right):
-        params = grid_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+        params = spec_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
         for spec in preset.contexts:
-            store.put(grid_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
-                      {"answers": [{"correct": right}] * 2})
+            store.put(spec_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
+                      {"answers": [{"correct": right, "kind": "passkey", "chance": 0.0}] * 2})
 
     put("none", 1024, True)
     put("selfextend", 1024, True)

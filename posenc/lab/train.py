@@ -32,6 +32,7 @@ its weights are loaded into a TinyLM built with the new scheme; an inference-tim
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -304,6 +305,7 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
+    _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     for message in cfg.warnings():
         warnings.warn(message, TrainConfigWarning, stacklevel=2)
     run_dir = Path(cfg.out_dir)
@@ -327,6 +329,19 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
             lock.release()
         if started_dist:
             torch.distributed.destroy_process_group()
+
+
+def _check_corpus(corpus) -> None:
+    """A corpus that is neither registered nor an existing file/folder is refused before anything is written."""
+    from posenc.lab.corpora import CORPORA
+
+    if isinstance(corpus, str) and corpus in CORPORA:
+        return
+    if not Path(corpus).expanduser().exists():
+        close = difflib.get_close_matches(str(corpus), sorted(CORPORA), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown corpus {str(corpus)!r}{hint}: corpus must be one of {sorted(CORPORA)} or an "
+                         f"existing file/folder")
 
 
 def _stop_now(stop: StopSignals, world: int, device) -> bool:

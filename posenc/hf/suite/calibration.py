@@ -21,13 +21,13 @@ CALIBRATE = "calibrate"
 
 
 def duo_streaming(m, preset, length: int) -> list[list[int]]:
-    """Streaming query heads per layer for the model ``m`` (a :class:`posenc.hf.suite.grid._Model`)."""
+    """Streaming query heads per layer for the model ``m`` (a :class:`posenc.hf.suite.spec.ModelFacts`)."""
     import torch
 
     from posenc.engine.calibrate import calibrate_duo
     from posenc.hf.suite.context import build_context
-    from posenc.hf.suite.grid import method_params
     from posenc.hf.suite.haystack import make_haystack
+    from posenc.hf.suite.spec import method_params
 
     params = method_params("duo", m.train_len, length, m.head_dim, m.base, {})
     model = m.fresh("duo", {**params, "streaming": []})  # every head retrieving, through posenc's engine
@@ -48,7 +48,7 @@ CALIBRATIONS: dict[str, dict[str, Callable]] = {"duo": {"streaming": duo_streami
 def resolve(preset, m, store, log: Callable[[str], None] = print):
     """``preset`` with every ``"calibrate"`` parameter replaced by its value for model ``m`` (computed once and
     kept in ``store`` under a calibration key)."""
-    from posenc.hf.suite.grid import SUITE_VERSION, method_spec
+    from posenc.hf.suite.spec import SUITE_VERSION, method_spec
 
     params = {label: dict(p) for label, p in preset.params.items()}
     for label, fixed in params.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
-from posenc.hf.suite.tasks import QUERY_KINDS
+from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 from posenc.scheme.methods import is_identity
 
 __all__ = ["Table", "render_html", "render_markdown", "write_report"]
@@ -174,7 +174,6 @@ def plot_lines(results: dict, path: Path) -> Path:
 
 def plot_depth(results: dict, path: Path) -> Path | None:
     """Accuracy by needle depth (fifths) x length, one heatmap per method, retrieval kinds pooled."""
-    from posenc.hf.suite.results import RETRIEVAL_KINDS
     methods, lengths, _ = _grid(results)
     rows = [r for r in results.get("retrieval", []) if r["task"] in RETRIEVAL_KINDS]
     if not rows:
@@ -210,6 +209,8 @@ def _summary(results: dict) -> list[str]:
         lines.append(f"Reference: the untouched model's retrieval at {_k(ref['length'])} is {ref['retrieval']:.2f}; "
                      f"a length counts as effective while retrieval stays >= {ref['fraction']} x that = "
                      f"{ref['threshold']:.2f} at every length up to it (RULER's definition, arXiv 2404.06654).")
+        lines.append("Retrieval pools the kinds the untouched model solves above chance at the reference length: "
+                     + ", ".join(ref.get("kinds", [])) + " (every kind is in the per-task tables).")
     for method, why in sorted(results["meta"].get("left_out", {}).items()):
         lines.append(f"Left out: {method} ({why}).")
     return lines
