@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 PRESET  ?= quick
 OUT     ?= runs/bench-$(PRESET)
 
-.PHONY: venv test lint bench perf fuzz clean
+.PHONY: venv test test-slow docs lint bench perf fuzz clean
 
 venv: $(STAMP)
 
@@ -41,9 +41,21 @@ lint: $(STAMP)
 ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py tests/test_engine_backends.py
 NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554432
 
-test: $(STAMP) lint
-	$(VPY) -m pytest -n 2 -q tests
+# Two tiers (README "Testing"): `make test` is the default tier, everything not marked slow, plus the docs build;
+# `make test-slow` is the slow tier (end-to-end runs, compiles, subprocess CLI runs, the real model, the wheel
+# install), which CI runs as a second step, time-boxed to SLOW_LIMIT seconds (.ci/run).
+SLOW_LIMIT ?= 2400
+
+test: $(STAMP) lint docs
+	$(VPY) -m pytest -n 2 -q -m "not slow" tests
 	$(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
+
+test-slow: $(STAMP)
+	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow tests
+
+# The documentation site (mkdocs.yml, docs/): warnings are errors; tests/test_docs.py runs its examples.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # Differential fuzzing, randomised (thousands of cases per test; README "Fuzzing" has the latest result): every engine path against the reference
 # and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
