@@ -305,9 +305,9 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
-    _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     for message in cfg.warnings():
         warnings.warn(message, TrainConfigWarning, stacklevel=2)
+    _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     run_dir = Path(cfg.out_dir)
     rank, world, local_rank = _dist_env()
     started_dist = False
