@@ -47,11 +47,11 @@ NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554
 SLOW_LIMIT ?= 2400
 
 test: $(STAMP) lint docs
-	$(VPY) -m pytest -n 2 -q -m "not slow" tests
+	$(VPY) -m pytest -n 2 -q -m "not slow" --durations=25 tests
 	$(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
 
 test-slow: $(STAMP)
-	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow tests
+	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow --durations=25 tests
 
 # The documentation site (mkdocs.yml, docs/): warnings are errors; tests/test_docs.py runs its examples.
 docs: $(STAMP)
