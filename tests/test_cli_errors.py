@@ -154,7 +154,7 @@ def test_generate_on_a_real_checkpoint_still_works(run_dir, capsys):
 @pytest.mark.parametrize("extra, match", [
     (["--method", "superrope"], "unknown method 'superrope'"),
     (["--method", "yarn+nope"], "unknown method 'yarn+nope'"),
-    (["--method", "yarn", "--window", "4"], "does not take"),
+    (["--method", "yarn", "--window", "4"], "parameter(s) ['window'] are taken by none of the methods ['yarn']"),
     (["--lengths", "0"], "--lengths must be an integer >= 1, got 0"),
 ])
 def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
