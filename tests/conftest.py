@@ -17,3 +17,15 @@ if os.environ.get("POSENC_NAN_FILL") == "1":
     # no deterministic implementation running (with a warning) instead of raising
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test tiers (README "Testing"): a test that calls torch.compile (marker ``compile``: tens of seconds on its
+    first call) is in the slow tier too, so `make test` (``-m "not slow"``) skips it in its first step; the
+    engine's compiled tests still run in `make test`'s NaN-fill step (the Makefile runs ENGINE_TESTS unfiltered
+    there, where they matter), and `make test-slow` runs all of them."""
+    import pytest
+
+    for item in items:
+        if item.get_closest_marker("compile") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)

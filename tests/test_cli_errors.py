@@ -37,7 +37,8 @@ def run_dir(tmp_path_factory):
 def run_cli(argv, capsys) -> tuple[int, str]:
     rc = cli.main([str(a) for a in argv])
     err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if not ln.startswith("[posenc]")]  # INFO progress lines
+    # INFO progress lines, and the one-line warnings of old spellings (test_old_spellings_warn_once checks those)
+    lines = [ln for ln in err.splitlines() if not ln.startswith(("[posenc]", "posenc: warning: "))]
     return rc, "\n".join(lines)
 
 
@@ -60,30 +61,42 @@ CASES = [
     (["schemes", "yarn", "--train-len", "64", "--param", "factor=0.5"], "yarn.factor must be >= 1.0, got 0.5"),
     (["schemes", "yarn", "--train-len", "64", "--param", 'factor="4"'], "yarn.factor must be a finite number"),
     (["schemes", "yarn", "--train-len", "64", "--param", "factor"], "--param expects KEY=VALUE"),
-    (["schemes", "yarn"], "pass train_len"),
+    (["schemes", "yarn"], "give --train-len L"),
+    (["schemes", "yrn", "--train-len", "64"], "unknown preset 'yrn' (did you mean 'yarn'?)"),
     # train (nothing may be written)
     (["train", "--out", NO, "--param", "bogus=1", "--steps", "1"], "does not take parameter 'bogus'"),
     (["train", "--out", NO, "--scheme", "alibi", "--param", "bogus=1"], "does not take parameter(s) ['bogus']"),
     (["train", "--out", NO, "--scheme", "superrope"], "unknown preset 'superrope'"),
-    (["train", "--out", NO, "--device", "bogus"], "TrainConfig.device must be a torch device"),
-    (["train", "--out", NO, "--steps", "0"], "TrainConfig.steps must be a positive integer, got 0"),
-    (["train", "--out", NO, "--lr", "nan"], "TrainConfig.lr must be a finite number"),
+    (["train", "--out", NO, "--device", "bogus"], "--device must be a torch device"),
+    (["train", "--out", NO, "--steps", "0"], "--steps must be a positive integer, got 0"),
+    (["train", "--out", NO, "--lr", "nan"], "--lr must be a finite number"),
+    (["train", "--out", NO, "--lr", "1e-5"], "--min-lr (0.0001) must be <= --lr (1e-05)"),
+    (["train", "--out", NO, "--warmup", "-1"], "--warmup must be a non-negative integer"),
+    (["train", "--out", NO, "--init", NO, "--scheme", "rope", "--method", "pi"], "give --method, not --scheme"),
+    (["train"], "--out DIR is required"),
     (["train", "--out", NO, "--corpus", "/nonexistent/corpus.txt", "--steps", "1"],
-     "corpus must be one of"),
+     "unknown corpus '/nonexistent/corpus.txt'"),
+    (["train", "--out", NO, "--corpus", "gutenbrg", "--steps", "1"], "unknown corpus 'gutenbrg' (did you mean"),
     # perf
-    (["perf", "--only", "bogus"], "--only: unknown benchmark(s) ['bogus']"),
+    (["perf", "bogus"], "unknown benchmark 'bogus'"),
+    (["perf", "bench_rop"], "unknown benchmark 'bench_rop' (did you mean 'bench_rope'?)"),
     # eval (checked before the checkpoint or the corpus is read)
-    (["eval", NO, "--methods", "superrope"], "unknown method 'superrope'"),
-    (["eval", NO, "--lengths", "0"], "eval length must be an integer >= 1, got 0"),
-    (["eval", NO, "--lengths", "64", "-5"], "eval length must be an integer >= 1, got -5"),
-    (["eval", NO, "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
-    (["eval", NO, "--max-windows", "-1"], "max_windows must be an integer >= 1, got -1"),
-    (["eval", NO, "--device", "bogus"], "device must be a torch device"),
-    (["eval", NO], "is not a posenc checkpoint folder"),
-    (["eval"], "give a checkpoint folder"),
+    (["eval", NO, "--method", "superrope"], "unknown method 'superrope'"),
+    (["eval", NO, "--method", "yrn"], "unknown method 'yrn' (did you mean 'yarn'?)"),
+    (["eval", NO, "--method", "rerope+lgn"], "unknown method 'rerope+lgn' (did you mean 'logn'?)"),
+    (["eval", NO, "--lengths", "0"], "--lengths must be an integer >= 1, got 0"),
+    (["eval", NO, "--lengths", "64", "-5"], "--lengths must be an integer >= 1, got -5"),
+    (["eval", NO, "--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (["eval", NO, "--max-windows", "-1"], "--max-windows must be an integer >= 1, got -1"),
+    (["eval", NO, "--device", "bogus"], "--device must be a torch device"),
+    (["eval", NO], "MODEL '/nonexistent/posenc-run' is not a run folder of `posenc train`"),
+    (["eval", "smolm2"], "(did you mean 'smollm2'?)"),
+    (["eval"], "give the MODEL to evaluate"),
     # plot
-    (["plot", "decay", "--out", "/tmp/x.jpg"], "out must be a .png file"),
-    (["plot", "rotations", "--out", "/tmp/x.png", "--head-dim", "0"], "head-dim must be an integer >= 2"),
+    (["plot", "decy"], "invalid choice: 'decy'"),
+    (["plot", "decy"], "(did you mean 'decay'?)"),
+    (["plot", "rotations", "--out", "/tmp", "--head-dim", "0"], "--head-dim must be an integer >= 2"),
+    (["plot", "rotations", "--out", "/tmp", "--base", "0"], "--base must be"),
     # generate / bench
     (["generate", NO, "--prompt", "hi"], "is not a posenc checkpoint folder"),
     (["generate", NO, "--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
@@ -91,8 +104,18 @@ CASES = [
     (["generate", NO, "--prompt", "hi", "--param", "x"], "--param expects KEY=VALUE"),
     (["bench", "--out", NO, "--device", "bogus"], "device must be a torch device"),
     (["bench", "--out", NO, "--threads", "0"], "threads must be an integer >= 1, got 0"),
+    (["bench", "--out", NO, "--preset", "quik"], "(did you mean 'quick'?)"),
+    (["bench", "--out", NO, "--preset", "smollm2", "--seed", "3"], "--seed is for the lab presets"),
+    (["bnech", "--out", NO], "invalid choice: 'bnech'"),
+    (["bnech", "--out", NO], "(did you mean 'bench'?)"),
+    (["train", "--out", NO, "--stpes", "3"], "unrecognized arguments: --stpes 3"),
+    (["extend", NO], "posenc extend needs --method SPEC"),
+    (["extend", NO, "--method", "yarn"], "posenc extend needs --out DIR"),
+    (["extend", NO, "--model", NO, "--method", "yarn", "--out", NO], "give MODEL or the old --model, not both"),
+    (["data", "gutenbrg"], "unknown corpus 'gutenbrg' (did you mean 'gutenberg'?)"),
     # compat: an empty list is a mistake, not "every family"
     (["compat", "--families", ""], "--families must name at least one transformers family"),
+    (["compat", "llama", "--families", "llama"], "give the families as positional arguments or the old --families"),
     (["compat", "--families", " , "], "--families must name at least one transformers family"),
 ]
 
@@ -114,7 +137,8 @@ def test_cuda_without_cuda_is_a_clear_error(argv, capsys):
 @pytest.mark.parametrize("extra, match", [
     (["--method", "superrope"], "unknown method 'superrope'"),
     (["--method", "yarn", "--param", "factor=0"], "yarn.factor must be >= 1.0, got 0"),
-    (["--param", "factor=2"], "--param needs --method"),
+    (["--param", "factor=2"], "--param, --factor and --window need --method"),
+    (["--window", "2"], "--param, --factor and --window need --method"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
     (["--stream", "--chunk", "0"], "--chunk must be an integer >= 1"),
 ])
@@ -128,9 +152,10 @@ def test_generate_on_a_real_checkpoint_still_works(run_dir, capsys):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--methods", "superrope"], "unknown method 'superrope'"),
-    (["--methods", "yarn+nope"], "unknown method 'yarn+nope'"),
-    (["--lengths", "0"], "eval length must be an integer >= 1, got 0"),
+    (["--method", "superrope"], "unknown method 'superrope'"),
+    (["--method", "yarn+nope"], "unknown method 'yarn+nope'"),
+    (["--method", "yarn", "--window", "4"], "parameter(s) ['window'] are taken by none of the methods ['yarn']"),
+    (["--lengths", "0"], "--lengths must be an integer >= 1, got 0"),
 ])
 def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
     rc, err = run_cli(["eval", run_dir, *extra], capsys)
@@ -138,9 +163,9 @@ def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, cap
 
 
 def test_train_with_a_missing_corpus_writes_nothing(tmp_path, capsys):
-    argv = ["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"]
-    rc, err = run_cli(argv, capsys)
-    assert_one_line_error(rc, err, "corpus must be one of")
+    rc, err = run_cli(["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"],
+                      capsys)
+    assert_one_line_error(rc, err, "unknown corpus")
     assert not (tmp_path / "a").exists()
 
 
@@ -197,8 +222,9 @@ def _posenc(*argv, debug=False, cwd=ROOT):
 
 @pytest.mark.parametrize("argv, match", [
     (["schemes", "rope", "--param", "bogus=1"], "does not take parameter 'bogus'"),
-    (["eval", NO, "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
-    (["perf", "--only", "bogus"], "unknown benchmark(s) ['bogus']"),
+    (["eval", NO, "--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (["perf", "bogus"], "unknown benchmark 'bogus'"),
+    (["trian"], "(did you mean 'train'?)"),
 ])
 def test_real_command_prints_no_traceback(argv, match):
     res = _posenc(*argv)
@@ -219,10 +245,10 @@ def test_real_plot_command_creates_no_folder(tmp_path):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--methods", "rerope", "--factor", "2"], "parameter(s) ['factor'] are taken by none of the methods ['rerope']"),
+    (["--method", "rerope", "--factor", "2"], "parameter(s) ['factor'] are taken by none of the methods ['rerope']"),
     (["--factor", "2"], "method parameters ['factor'] were given but no method takes them"),
-    (["--methods", "yarn", "--param", "bogus=1"], "parameter(s) ['bogus'] are taken by none of the methods"),
-    (["--methods", "yarn", "--factor", "0.5"], "yarn.factor must be >= 1.0, got 0.5"),
+    (["--method", "yarn", "--param", "bogus=1"], "parameter(s) ['bogus'] are taken by none of the methods"),
+    (["--method", "yarn", "--factor", "0.5"], "yarn.factor must be >= 1.0, got 0.5"),
 ])
 def test_eval_flags_no_method_takes_are_refused_not_ignored(run_dir, extra, match, capsys, tmp_path):
     text = tmp_path / "t.txt"
@@ -235,16 +261,17 @@ def test_eval_flags_no_method_takes_are_refused_not_ignored(run_dir, extra, matc
 
 
 def test_eval_factor_is_used_and_printed(run_dir, capsys, tmp_path):
-    """`posenc eval RUN --methods yarn --factor 2` evaluates YaRN with factor 2 at every length (it recorded the
+    """`posenc eval RUN --method yarn --factor 2` evaluates YaRN with factor 2 at every length (it recorded the
     per-length default 4.0 before) and the table shows the parameters each row used."""
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
-    out = tmp_path / "r.json"
-    rc = cli.main(["eval", str(run_dir), "--corpus", str(text), "--lengths", "32", "64", "--methods", "yarn",
-                   "rerope", "--factor", "2", "--json", str(out), "--quiet"])
+    out = tmp_path / "r"
+    rc = cli.main(["eval", str(run_dir), "--corpus", str(text), "--lengths", "32", "64", "--method", "yarn",
+                   "--method", "rerope", "--factor", "2", "--out", str(out), "--quiet"])
     assert rc == 0
     printed = capsys.readouterr().out
-    records = json.loads(out.read_text())
+    records = json.loads((out / "results.json").read_text())["records"]
+    assert [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()] == records
     yarn = [r for r in records if r["method"] == "yarn"]
     assert [r["params"]["factor"] for r in yarn] == [2.0, 2.0]  # not the length default 4.0 at 64 = 4L
     assert [r["params"] for r in records if r["method"] == "rerope"] == [{"window": 8}, {"window": 8}]

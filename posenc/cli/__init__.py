@@ -1,20 +1,20 @@
-"""``posenc`` command line.
+"""The ``posenc`` command line.
 
 The only place where posenc uses argparse. Each subcommand is one module of this package with
 ``add_parser(subparsers)`` (which sets ``func``) and ``run(args)``, which turns the parsed flags into calls
-of the library's plain functions. Flags shared by several subcommands are defined once in
-:mod:`posenc.cli._common`. This file wires the subcommands together and turns user errors into one line."""
+of the library's plain functions. The grammar every subcommand follows (positional = the thing acted on,
+``--out`` a folder, ``--method`` a spec, the shared flags) is defined once in :mod:`posenc.cli._common`. This
+file wires the subcommands together and turns user errors into one line."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
+import re
 import sys
 
 # subcommand -> module that defines add_parser(subparsers). Imported lazily (and each imports the library
-# inside its functions) so `posenc --help` stays fast and a missing optional dependency only breaks its own
-# command.
+# inside its functions) so a missing optional dependency only breaks its own command.
 SUBCOMMANDS = {
     "bench": "posenc.cli.bench",
     "train": "posenc.cli.train",
@@ -26,12 +26,25 @@ SUBCOMMANDS = {
     "perf": "posenc.cli.perf",
     "schemes": "posenc.cli.schemes",
     "compat": "posenc.cli.compat",
+    "data": "posenc.cli.data",
 }
 
+DESCRIPTION = """posenc: positional encodings and length extrapolation for transformers.
 
-def build_parser(names=None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="posenc", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+Every command follows one grammar: the positional argument is the thing the command acts on, --out is a
+folder, --method takes a method or a composition such as rerope+logn (with --param KEY=VALUE, --factor and
+--window), and --quiet, --device and --seed mean the same everywhere. Run `posenc COMMAND --help` for a
+command's flags and their defaults."""
+
+
+def build_parser(names=None):
+    """The ``posenc`` parser with every subcommand (or only ``names``)."""
+    from posenc._version import __version__
+    from posenc.cli._common import Formatter, Parser
+
+    parser = Parser(prog="posenc", description=DESCRIPTION, formatter_class=Formatter)
+    parser.add_argument("--version", action="version", version=f"posenc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
         if names is not None and name not in names:
             continue
@@ -44,18 +57,17 @@ USER_ERRORS = (ValueError, TypeError, OSError, ModuleNotFoundError)
 
 
 def main(argv=None) -> int:
-    """Run one subcommand. A bad value prints ``posenc: error: <message>`` (one line, no traceback) on
-    stderr and returns 2; an interruption (SIGINT, or SIGTERM during ``train``/``bench``, which save first)
-    prints ``posenc: <what was saved>`` and returns 128 + the signal number. Set ``POSENC_DEBUG=1`` to get
-    the traceback instead."""
+    """Run one subcommand. A bad value prints ``posenc: error: <message>`` (one line, no traceback, with "did
+    you mean" for a mistyped name) on stderr and returns 2; an interruption (SIGINT, or SIGTERM during
+    ``train``/``bench``, which save first) prints ``posenc: <what was saved>`` and returns 128 + the signal
+    number. Set ``POSENC_DEBUG=1`` to get the traceback instead."""
     debug = os.environ.get("POSENC_DEBUG", "") not in ("", "0")
     try:
         return _run(argv)
     except USER_ERRORS as exc:
         if debug:
             raise
-        message = " ".join(str(exc).split()) or type(exc).__name__  # one line
-        print(f"posenc: error: {message}", file=sys.stderr)
+        print(f"posenc: error: {with_hint(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C; posenc.lab.interrupt.Interrupted says what a run saved
         if debug:
@@ -63,6 +75,42 @@ def main(argv=None) -> int:
         message = " ".join(str(exc).split()) or "interrupted"
         print(f"posenc: {message}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 130))
+
+
+_UNKNOWN = re.compile(r"unknown (preset|method|bundled model)\S* '([^']+)'")
+
+
+def _known(kind: str) -> list[str]:
+    """The names a mistyped ``kind`` could have meant (the registries)."""
+    if kind == "bundled model":
+        from posenc.hf.source import BUNDLED
+
+        return sorted(BUNDLED)
+    from posenc.scheme.core import TRAINED
+    from posenc.scheme.methods import HF_ONLY, METHODS
+
+    return sorted(METHODS) + sorted(HF_ONLY) + (sorted(TRAINED) if kind == "preset" else [])
+
+
+def with_hint(exc: BaseException) -> str:
+    """The error as one line; an unknown preset, method or bundled model gets "(did you mean 'x'?)" after the
+    name (the unknown part of a composition ``a+b`` comes from the registry's ``UnknownMethodError``)."""
+    from posenc.cli._common import did_you_mean
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    m = _UNKNOWN.search(message)
+    if m is None or "did you mean" in message:
+        return message
+    name, seen = m.group(2), exc
+    while seen is not None:  # the registry's error, possibly chained under the one raised
+        if type(seen).__name__ == "UnknownMethodError":
+            name = seen.name
+            break
+        seen = seen.__cause__ or seen.__context__
+    hint = did_you_mean(name, _known(m.group(1)))
+    if not hint:
+        return message
+    return message[:m.end()] + hint + message[m.end():]
 
 
 def _run(argv) -> int:
@@ -74,11 +122,12 @@ def _run(argv) -> int:
     args = parser.parse_args(argv)
     import logging
 
-    if not logging.getLogger("posenc").handlers:  # progress messages of long one-off steps (flex compiles)
+    logger = logging.getLogger("posenc")
+    if not logger.handlers:  # progress messages of long one-off steps (flex compiles, model conversions)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("[posenc] %(message)s"))
-        logging.getLogger("posenc").addHandler(handler)
-        logging.getLogger("posenc").setLevel(logging.INFO)
+        logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     return int(args.func(args) or 0)
 
 

@@ -1,33 +1,182 @@
-"""Flags that several subcommands share, defined once, and the parsing of their values."""
+"""The command line's one grammar, defined once: the parser class, the help format, the shared flags and the
+old spellings that still work for one release.
+
+The rules (docs/cli.md has them as one table, and ``tests/test_cli_grammar.py`` checks every subcommand):
+
+- the positional argument is the thing a command acts on (``RUN``: a folder written by ``posenc train``;
+  ``MODEL``: a run folder or a Hugging Face model; ``NAME``, ``KIND``, ...);
+- ``--out DIR`` is always a folder;
+- ``--method SPEC`` takes a composition ``a+b`` wherever a method is taken, with ``--param KEY=VALUE`` and the
+  shortcuts ``--factor`` and ``--window``;
+- ``--quiet`` on every command, ``--device`` on every command that runs a model, ``--seed`` on every command
+  that draws random numbers, each with the same meaning everywhere;
+- every flag's help shows its default; a bad value is one line naming the flag, with "did you mean" for names.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
+import sys
+
+# --------------------------------------------------------------------------------------------- messages
 
 
-def add_param(p: argparse.ArgumentParser, help: str = "method parameter, repeatable") -> None:
+class UsageError(ValueError):
+    """A command line that does not parse (unknown flag, missing value, bad choice): one line, exit status 2."""
+
+
+def warn(message: str) -> None:
+    """One line on stderr: ``posenc: warning: <message>`` (never silenced by ``--quiet``)."""
+    print(f"posenc: warning: {' '.join(message.split())}", file=sys.stderr)
+
+
+def did_you_mean(name: str, choices) -> str:
+    """``" (did you mean 'yarn'?)"`` for the closest of ``choices`` to ``name`` (difflib, cutoff 0.6), else ``""``."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^'\s]*)'? \(choose from (.*)\)")
+
+
+class Formatter(argparse.HelpFormatter):
+    """Help with every option's default shown: appended as ``(default: X)`` unless the help already says
+    what the default is. Descriptions are filled paragraph by paragraph (blank lines kept)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return "\n\n".join(textwrap.fill(" ".join(par.split()), width, initial_indent=indent,
+                                         subsequent_indent=indent) for par in text.split("\n\n"))
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS or "default" in text or not action.option_strings:
+            return text
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            return text
+        return f"{text} (default: {show_default(action.default).replace('%', '%%')})"
+
+
+def show_default(value) -> str:
+    """How a default reads in ``--help``: ``off`` for a switch, ``none`` for None, lists joined by spaces."""
+    if value is False:
+        return "off"
+    if value is True:
+        return "on"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: a usage error raises :class:`UsageError` (printed by ``posenc.cli.main``
+    as ``posenc: error: ...``, exit status 2) with "did you mean" for a mistyped choice."""
+
+    def error(self, message: str):  # noqa: D401 (argparse's hook)
+        m = _INVALID_CHOICE.search(message)
+        if m:
+            choices = [c.strip().strip("'\"") for c in m.group(2).split(",")]
+            message += did_you_mean(m.group(1), choices)
+        where = self.prog.removeprefix("posenc").strip()  # the subcommand, or "" for the top level
+        raise UsageError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
+
+
+def subparser(sub, name: str, help: str, description: str | None = None) -> Parser:
+    """A subcommand's parser in the shared format, with the shared ``--quiet`` flag."""
+    p = sub.add_parser(name, help=help, description=description or help, formatter_class=Formatter)
+    p.add_argument("--quiet", action="store_true", help="no progress bars or [posenc] info lines")
+    return p
+
+
+# ------------------------------------------------------------------------------------------ shared flags
+
+
+def add_device(p: argparse.ArgumentParser) -> None:
+    """``--device``: the torch device every model of the command runs on."""
+    p.add_argument("--device", default="cpu", metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, ...")
+
+
+def add_seed(p: argparse.ArgumentParser, default, help: str = "random seed") -> None:
+    """``--seed N``: the seed of everything random the command draws."""
+    p.add_argument("--seed", type=int, default=default, metavar="N", help=help)
+
+
+def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, default=None) -> None:
+    """``--out DIR``: always a folder (created when missing)."""
+    p.add_argument("--out", required=required, default=default, metavar="DIR", help=help)
+
+
+def add_param(p: argparse.ArgumentParser, help: str = "method parameter, repeatable (e.g. --param group=4)") -> None:
     """``--param KEY=VALUE`` (repeatable); read it with :func:`parse_params`."""
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
 def add_factor_window(p: argparse.ArgumentParser) -> None:
-    """``--factor`` / ``--window``: shorthands for ``--param factor=F`` / ``--param window=W``
+    """``--factor`` / ``--window``: shortcuts for ``--param factor=F`` / ``--param window=W``
     (read all three with :func:`params_from_args`)."""
-    p.add_argument("--factor", type=float, default=None, help="shorthand for --param factor=F")
-    p.add_argument("--window", type=int, default=None, help="shorthand for --param window=W")
+    p.add_argument("--factor", type=float, default=None, metavar="F",
+                   help="shortcut for --param factor=F (default: each method's own)")
+    p.add_argument("--window", type=int, default=None, metavar="W",
+                   help="shortcut for --param window=W (default: each method's own)")
 
 
-def add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu")
+def add_method(p: argparse.ArgumentParser, help: str, *, repeat: bool = False, required: bool = False,
+               param_help: str = "method parameter, repeatable (e.g. --param group=4)") -> None:
+    """``--method SPEC`` (``a+b`` composes) with ``--param``, ``--factor`` and ``--window``; ``repeat``: the flag
+    may be given several times (a list of specs)."""
+    if repeat:
+        p.add_argument("--method", action="append", default=[], metavar="SPEC", required=required, help=help)
+    else:
+        p.add_argument("--method", default=None, metavar="SPEC", required=required, help=help)
+    add_param(p, param_help)
+    add_factor_window(p)
 
 
-def add_quiet(p: argparse.ArgumentParser, help: str) -> None:
-    p.add_argument("--quiet", action="store_true", help=help)
+def add_train_len(p: argparse.ArgumentParser, default: int | None, help: str = "trained context length L") -> None:
+    p.add_argument("--train-len", type=int, default=default, metavar="L", help=help)
 
 
-def add_train_len(p: argparse.ArgumentParser, default: int | None) -> None:
-    p.add_argument("--train-len", type=int, default=default)
+# ----------------------------------------------------------------------------------------- old spellings
+
+
+class _Deprecated(argparse.Action):
+    """An old flag kept for one release: hidden from ``--help``; using it prints one warning line and stores
+    the value under its own ``dest`` (the command merges it with :func:`merge_old`)."""
+
+    def __init__(self, option_strings, dest, use: str = "", **kwargs):
+        self.use = use
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn(f"{option_string} is deprecated and will be removed in the next release; {self.use}")
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def deprecated(p: argparse.ArgumentParser, *flags: str, dest: str, use: str, **kwargs) -> None:
+    """Add an old spelling ``flags`` (hidden, warns once when used); ``use`` says what to write instead."""
+    if kwargs.get("nargs") == 0:
+        kwargs.setdefault("default", False)
+    p.add_argument(*flags, dest=dest, action=_Deprecated, use=use, help=argparse.SUPPRESS, **kwargs)
+
+
+def merge_old(args: argparse.Namespace, old: str, new: str, new_flag: str, old_flag: str) -> None:
+    """Move an old spelling's value (``args.<old>``) to the new one (``args.<new>``); both at once is an error."""
+    value = getattr(args, old, None)
+    if value is None or value is False or value == []:
+        return
+    current = getattr(args, new, None)
+    if current not in (None, False, [], ()):
+        raise UsageError(f"give {new_flag} or the old {old_flag}, not both")
+    setattr(args, new, value)
+
+
+# ------------------------------------------------------------------------------------------ value parsing
 
 
 def parse_params(items) -> dict:
@@ -46,7 +195,7 @@ def parse_params(items) -> dict:
 
 
 def params_from_args(args: argparse.Namespace) -> dict:
-    """The method parameters of ``--param`` plus the ``--factor`` / ``--window`` shorthands (which win)."""
+    """The method parameters of ``--param`` plus the ``--factor`` / ``--window`` shortcuts (which win)."""
     params = parse_params(getattr(args, "param", None) or [])
     for k in ("factor", "window"):
         if getattr(args, k, None) is not None:
@@ -56,4 +205,13 @@ def params_from_args(args: argparse.Namespace) -> dict:
 
 def floats(s: str) -> list[float]:
     """``"0.1,0.5 0.9"`` -> ``[0.1, 0.5, 0.9]``."""
-    return [float(x) for x in s.replace(",", " ").split()]
+    try:
+        return [float(x) for x in s.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {s!r}") from None
+
+
+def flag_names(message: str, prefix: str) -> str:
+    """Rewrite a library message's ``<prefix>.field_name`` (e.g. ``TrainConfig.warmup``) as the flag
+    ``--field-name``: errors name the flags the user typed."""
+    return re.sub(re.escape(prefix) + r"\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), message)

@@ -1,10 +1,11 @@
-"""``posenc bench``: train short, test long (:func:`posenc.lab.bench.run_bench`)."""
+"""``posenc bench``: train short, test long (:func:`posenc.lab.bench.run_bench`), or run the long-context suite
+on a pretrained model (:func:`posenc.hf.suite.run_suite`) with a real-model preset."""
 
 from __future__ import annotations
 
 import argparse
 
-from posenc.cli._common import add_device, add_quiet
+from posenc.cli._common import add_device, add_out, add_seed, subparser
 
 
 def _suite_presets() -> dict:
@@ -16,18 +17,20 @@ def _suite_presets() -> dict:
 def add_parser(sub) -> argparse.ArgumentParser:
     from posenc.lab.bench import PRESETS
 
-    p = sub.add_parser("bench", help="train short, test long: every scheme and method under one protocol; or, with a "
-                       "real-model preset (smollm2, smollm2_full), the long-context suite on a pretrained model")
-    p.add_argument("--preset", default="quick", choices=sorted(PRESETS) + sorted(_suite_presets()),
-                   help="lab preset (trains small models) or real-model suite preset (default: %(default)s)")
-    p.add_argument("--model", default=None, help="real-model presets: another model to run them on (a Hugging Face "
-                   "folder or a .gguf file; default: the preset's, SmolLM2-135M)")
-    p.add_argument("--out", required=True, help="folder for results.json, report.md/html and PNGs")
-    p.add_argument("--runs-dir", default=None, help="checkpoint folder (default OUT/runs)")
-    p.add_argument("--corpus", default=None, help="corpus name or path (default: the preset's)")
+    p = subparser(sub, "bench", "train short, test long: every scheme and method under one protocol; or, with a "
+                  "real-model preset (smollm2, smollm2_full), the long-context suite on a pretrained model")
+    names = sorted(PRESETS) + sorted(_suite_presets())
+    p.add_argument("--preset", default="quick", choices=names, metavar="PRESET",
+                   help="lab preset (trains small models: " + ", ".join(sorted(PRESETS)) + ") or real-model suite "
+                   "preset (" + ", ".join(sorted(_suite_presets())) + ")")
+    add_out(p, "folder for results.json, report.md/html and the PNGs", required=True)
+    p.add_argument("--model", default=None, metavar="MODEL", help="real-model presets: the model to run them on, a "
+                   "Hugging Face folder or a .gguf file (default: the preset's, SmolLM2-135M)")
+    p.add_argument("--runs-dir", default=None, metavar="DIR", help="checkpoint folder (default: OUT/runs)")
+    p.add_argument("--corpus", default=None, metavar="NAME", help="corpus name or path (default: the preset's)")
     add_device(p)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the preset's)")
-    add_quiet(p, "no progress lines")
+    add_seed(p, None, help="seed of training and probes (default: the preset's)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: the preset's)")
     p.set_defaults(func=run)
     return p
 
@@ -42,10 +45,12 @@ def _run_suite(args: argparse.Namespace) -> int:
         preset = replace(preset, model=args.model)
     if args.threads:
         preset = replace(preset, threads=args.threads)
-    for flag in ("runs_dir", "corpus"):
-        if getattr(args, flag):
+    for flag in ("runs_dir", "corpus", "seed"):
+        if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} is for the lab presets; {args.preset!r} evaluates a "
-                             "pretrained model")
+                             "pretrained model (its contexts have their own seeds)")
+    if args.device != "cpu":
+        raise ValueError(f"--device {args.device}: the real-model presets run on cpu")
     try:
         results = run_suite(preset, args.out, progress=not args.quiet)
     except KeyboardInterrupt:
@@ -56,13 +61,20 @@ def _run_suite(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.lab.bench import run_bench
+    from dataclasses import replace
+
+    from posenc.lab.bench import PRESETS, run_bench
 
     if args.preset in _suite_presets():
         return _run_suite(args)
     if args.model:
         raise ValueError("--model is for the real-model presets (" + ", ".join(sorted(_suite_presets())) + ")")
+    from posenc.lab.corpora import check_default_corpus
 
-    run_bench(args.preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
+    preset = PRESETS[args.preset]
+    if args.seed is not None:
+        preset = replace(preset, seed=args.seed)
+    check_default_corpus(args.corpus or preset.corpus)
+    run_bench(preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
               runs_dir=args.runs_dir, threads=args.threads)
     return 0

@@ -1,5 +1,5 @@
-"""``posenc eval``: a posenc checkpoint (:func:`posenc.lab.evaluate.evaluate_checkpoint`) or, with ``--hf-model``,
-a Hugging Face model (:func:`posenc.hf.evaluate.evaluate_hf`) at several lengths under inference-time methods."""
+"""``posenc eval MODEL``: a posenc run folder (:func:`posenc.lab.evaluate.evaluate_checkpoint`) or a Hugging Face
+model (:func:`posenc.hf.evaluate.evaluate_hf`) at several lengths under inference-time methods."""
 
 from __future__ import annotations
 
@@ -7,100 +7,194 @@ import argparse
 import json
 from pathlib import Path
 
-from posenc.cli._common import add_device, add_factor_window, add_param, add_quiet, floats, params_from_args
+from posenc.cli._common import (
+    add_device,
+    add_method,
+    add_out,
+    add_seed,
+    deprecated,
+    floats,
+    merge_old,
+    params_from_args,
+    subparser,
+    warn,
+)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("eval", help="perplexity / accuracy / passkey of a checkpoint at several lengths")
-    p.add_argument("checkpoint", nargs="?", help="run folder written by `posenc train`")
-    p.add_argument("--lengths", type=int, nargs="+", default=None, help="evaluation lengths (default: train_len)")
-    p.add_argument("--methods", nargs="*", default=[], help="inference-time methods (e.g. pi ntk yarn rerope)")
-    p.add_argument("--corpus", default=None, help="corpus name or path (default: the training corpus)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"))
-    p.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding"))
-    p.add_argument("--max-windows", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--passkey", action="store_true", help="also run passkey retrieval at each length")
+    p = subparser(sub, "eval", "perplexity, accuracy and pass-key retrieval of a model at several lengths",
+                  "Evaluate MODEL at several lengths, as trained and under inference-time methods. MODEL is a run "
+                  "folder written by `posenc train` (scored on its corpus with its tokenizer) or a Hugging Face "
+                  "model: a folder, a .gguf file or a bundled model (smollm2), scored on --text or --corpus with "
+                  "the model's own tokenizer. The table goes to stdout; --out DIR also writes results.json, "
+                  "records.jsonl and the report.")
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a run folder of `posenc train`, or a Hugging Face folder, a .gguf file or smollm2")
+    add_method(p, "inference-time method or composition a+b to evaluate besides the model as trained; repeatable "
+               "(e.g. --method yarn --method rerope+logn)", repeat=True,
+               param_help="method parameter, repeatable; overrides the per-length default of every method that "
+               "takes it")
+    p.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                   help="evaluation lengths (default: the run's train_len; 256 for a Hugging Face model)")
+    add_out(p, "also write results.json, records.jsonl (one record per line), report.md, report.html and plots here")
+    p.add_argument("--corpus", default=None, metavar="NAME", help="corpus name or path (default: the run's "
+                   "training corpus; a Hugging Face model needs --corpus or --text)")
+    p.add_argument("--text", default=None, metavar="FILE", help="Hugging Face model: a text file to score instead "
+                   "of --corpus")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"), help="corpus split to score")
+    p.add_argument("--mode", default="nonoverlap", choices=("nonoverlap", "sliding"),
+                   help="run folder: score non-overlapping windows, or slide by half a window")
+    p.add_argument("--max-windows", type=int, default=None, metavar="N",
+                   help="windows scored per length (default: every window of a run's split; 4 for a Hugging Face "
+                   "model)")
+    p.add_argument("--batch-size", type=int, default=1, metavar="N", help="run folder: windows per forward")
+    p.add_argument("--passkey", action="store_true", help="run folder: also run pass-key retrieval at each length")
+    p.add_argument("--passkey-trials", type=int, default=0, metavar="N",
+                   help="Hugging Face model: pass-key contexts per depth and length (0: none)")
+    p.add_argument("--passkey-depths", type=floats, default=None, metavar="D,D,...",
+                   help="Hugging Face model: pass-key depths in [0, 1], e.g. 0.1,0.5,0.9 (default: a random depth "
+                   "per trial)")
+    p.add_argument("--target", type=int, default=None, metavar="N", help="Hugging Face model: tokens scored at the "
+                   "end of every window, the same tokens at every length (default: a quarter of the shortest length)")
     add_device(p)
-    p.add_argument("--json", default=None, metavar="OUT", help="write the records to this JSON file")
-    p.add_argument("--out", default=None, help="write the records as JSON lines here (one record per line)")
-    add_quiet(p, "no progress bars")
-    p.add_argument("--report", default=None, metavar="DIR",
-                   help="also write results.json, report.md, report.html and plots (as posenc bench does)")
-    _add_hf_args(p)
+    add_seed(p, 0, help="seed of the pass-key contexts")
+    deprecated(p, "--methods", dest="old_methods", nargs="*", use="give --method once per method")
+    deprecated(p, "--hf-model", dest="old_hf_model", use="give the model as the positional MODEL")
+    deprecated(p, "--json", dest="old_json", use="use --out DIR (it writes DIR/results.json)")
+    deprecated(p, "--report", dest="old_report", use="use --out DIR")
     p.set_defaults(func=run)
 
 
-def _add_hf_args(p: argparse.ArgumentParser) -> None:
-    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus``, ``--max-windows``
-    and the method parameters ``--param``/``--factor``/``--window`` serve both paths)."""
-    p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model under posenc methods: a folder, "
-                   "a .gguf file, or a bundled model (smollm2); scored with the model's own tokenizer")
-    p.add_argument("--text", default=None, help="text file to score (tokenized with the model's own tokenizer)")
-    add_param(p, "method parameter, repeatable; overrides the per-length default of every method that takes it")
-    add_factor_window(p)
-    p.add_argument("--target", type=int, default=None, help="--hf-model: tokens scored at the end of every window, "
-                   "the same tokens at every length (default: a quarter of the shortest length)")
-    p.add_argument("--passkey-trials", type=int, default=0, help="pass-key contexts per depth and length (0: none)")
-    p.add_argument("--passkey-depths", type=floats, default=None,
-                   help="pass-key depths in [0, 1], e.g. '0.1,0.5,0.9' (default: a random depth per trial)")
+def is_run_folder(path) -> bool:
+    """True when ``path`` holds a posenc checkpoint (its config has a ``scheme``, a Hugging Face one a
+    ``model_type``); a checkpoint whose config does not parse counts, so that its loader names the damage."""
+    from posenc.lab.checkpoint import CONFIG_FILE, PENDING, has_checkpoint
+
+    folder = Path(path)
+    if not has_checkpoint(folder):
+        return False
+    config = folder / CONFIG_FILE if (folder / CONFIG_FILE).is_file() else folder / PENDING / CONFIG_FILE
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    return not (isinstance(data, dict) and "model_type" in data and "scheme" not in data)
 
 
-def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
-    """``posenc eval --hf-model DIR --text FILE|--corpus NAME``: a Hugging Face model under each
-    method (see :mod:`posenc.hf.evaluate`), reported like a posenc checkpoint."""
-    from posenc.hf.evaluate import evaluate_hf
+def _check_model(model: str) -> None:
+    """``ValueError`` for a MODEL that is none of the things eval reads (before anything is loaded)."""
+    from posenc.cli._common import did_you_mean
 
+    p = Path(model)
+    if p.exists():
+        return
+    from posenc.hf.source import BUNDLED
+
+    if model in BUNDLED:
+        return
+    raise ValueError(f"MODEL {model!r} is not a run folder of `posenc train`, a Hugging Face model folder, a .gguf "
+                     f"file, nor a bundled model ({', '.join(sorted(BUNDLED))}){did_you_mean(model, BUNDLED)}")
+
+
+def _old_spellings(args: argparse.Namespace) -> Path | None:
+    """Fold the deprecated flags into the new ones; returns the old ``--out FILE`` (JSON lines), if given."""
+    merge_old(args, "old_methods", "method", "--method", "--methods")
+    merge_old(args, "old_hf_model", "model", "MODEL", "--hf-model")
+    merge_old(args, "old_report", "out", "--out", "--report")
+    lines_file = None
+    if args.out and Path(args.out).suffix in (".jsonl", ".json") and not Path(args.out).is_dir():
+        warn(f"--out {args.out}: --out is a folder now; writing JSON lines to a file is deprecated and will be removed "
+             f"in the next release (--out DIR writes DIR/records.jsonl)")
+        lines_file, args.out = Path(args.out), None
+    return lines_file
+
+
+def _text(args: argparse.Namespace) -> str:
     if args.text:
-        text = Path(args.text).read_text(encoding="utf-8")
-    elif args.corpus:
-        from posenc.lab.corpora import load_corpus, split_documents
+        return Path(args.text).read_text(encoding="utf-8")
+    if args.corpus:
+        from posenc.lab.corpora import check_default_corpus, load_corpus, split_documents
 
-        text = "\n\n".join(d.text for d in split_documents(load_corpus(args.corpus))[args.split])
-    else:
-        raise ValueError("posenc eval --hf-model needs --text FILE or --corpus NAME")
-    return evaluate_hf(args.hf_model, lengths=args.lengths or [256], methods=args.methods or ["none"], text=text,
-                       params=params_from_args(args), max_windows=args.max_windows or 4, target=args.target,
-                       passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths)
+        check_default_corpus(args.corpus)
+        return "\n\n".join(d.text for d in split_documents(load_corpus(args.corpus))[args.split])
+    raise ValueError("a Hugging Face MODEL needs --text FILE or --corpus NAME to score")
+
+
+def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict) -> list[dict]:
+    """A Hugging Face model under each method (see :mod:`posenc.hf.evaluate`), one method at a time behind a
+    progress bar, reported like a run folder."""
+    from tqdm.auto import tqdm
+
+    from posenc.hf.evaluate import evaluate_hf
+    from posenc.hf.source import load_tokenizer
+    from posenc.lab.evaluate import method_params
+
+    text = _text(args)
+    tok = load_tokenizer(args.model)
+    tokens = tok(text, add_special_tokens=False)["input_ids"]
+    records = []
+    for method in tqdm(methods, desc=f"eval {Path(args.model).name}", unit="method", disable=args.quiet):
+        records += evaluate_hf(args.model, tokens=tokens, tokenizer=tok, lengths=args.lengths or [256],
+                               methods=[method], params=method_params(method, params, hf=True),
+                               max_windows=args.max_windows or 4, target=args.target,
+                               passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths,
+                               device=None if args.device == "cpu" else args.device, seed=args.seed)
+    return records
 
 
 def run(args: argparse.Namespace) -> int:
+    from posenc._util import check_device, check_positive_int
     from posenc.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
 
-    check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
-    # --factor/--window/--param: honoured on both paths (they override the per-length defaults), or refused
-    # here when no method takes them; never dropped
-    params = params_from_args(args)
-    check_method_params(args.methods or ["none"], params, hf=bool(args.hf_model))
-    if args.hf_model:
-        records = _evaluate_hf(args)
-    else:
-        if not args.checkpoint:
-            raise ValueError("give a checkpoint folder (or --hf-model NAME)")
-        records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
-                                      split=args.split, mode=args.mode, max_windows=args.max_windows,
-                                      batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
-                                      device=args.device, params=params)
-    print(format_table(records))
-    if args.report:
-        _write_report(args, records)
-    from posenc.lab.atomic import atomic_write_bytes
+    lines_file = _old_spellings(args)
+    if not args.model:
+        raise ValueError("give the MODEL to evaluate: a run folder of `posenc train`, a Hugging Face folder, a .gguf "
+                         "file or smollm2")
+    for n in args.lengths or []:
+        check_positive_int("--lengths", n)
+    check_positive_int("--batch-size", args.batch_size)
+    if args.max_windows is not None:
+        check_positive_int("--max-windows", args.max_windows)
+    check_device("--device", args.device)
+    methods = list(args.method)
+    check_eval_args([1], methods)  # an unknown method is refused before anything is loaded
+    params = params_from_args(args)  # --factor/--window/--param: honoured on both paths, or refused here
+    _check_model(args.model)
+    run_folder = is_run_folder(args.model)
+    check_method_params(methods or ["none"], params, hf=not run_folder)
+    if run_folder:
+        from posenc.lab.checkpoint import read_config
+        from posenc.lab.corpora import check_default_corpus
 
-    if args.json:
-        atomic_write_bytes(Path(args.json), json.dumps(records, indent=1).encode())
-    if args.out:  # one record per line
-        atomic_write_bytes(Path(args.out), "".join(json.dumps(r) + "\n" for r in records).encode())
+        check_default_corpus(args.corpus or read_config(args.model).get("extra", {}).get("corpus"))
+        records = evaluate_checkpoint(args.model, args.corpus, args.lengths or (), methods, split=args.split,
+                                      mode=args.mode, max_windows=args.max_windows, batch_size=args.batch_size,
+                                      passkey=args.passkey, progress=not args.quiet, device=args.device,
+                                      params=params, seed=args.seed)
+    else:
+        from posenc.scheme.methods import is_identity
+
+        records = _evaluate_hf(args, ["none"] + [m for m in methods if not is_identity(m)], params)
+    print(format_table(records))
+    _write(args, records, lines_file)
     return 0
 
 
-def _write_report(args: argparse.Namespace, records: list[dict]) -> None:
-    from posenc.lab.report import write_report
+def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | None) -> None:
+    from posenc.lab.atomic import atomic_write_bytes, atomic_write_json
 
-    results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
-                        "lengths": args.lengths, "methods": args.methods}, "records": records}
-    from posenc.lab.atomic import atomic_write_json
+    jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
+    if args.old_json:
+        atomic_write_bytes(Path(args.old_json), json.dumps(records, indent=1).encode())
+    if lines_file is not None:
+        atomic_write_bytes(lines_file, jsonl)
+    if args.out:
+        from posenc.lab.report import write_report
 
-    out = Path(args.report)
-    atomic_write_json(out / "results.json", results, indent=1)
-    paths = write_report(results, out)
-    print(f"report: {paths['html']}")
+        out = Path(args.out)
+        results = {"meta": {"command": "posenc eval", "source": args.model, "lengths": args.lengths,
+                            "methods": list(args.method)}, "records": records}
+        atomic_write_json(out / "results.json", results, indent=1)
+        atomic_write_bytes(out / "records.jsonl", jsonl)
+        paths = write_report(results, out)
+        print(f"report: {paths['html']}")

@@ -1,4 +1,4 @@
-"""``posenc extend``: load a Hugging Face model, apply a posenc method (:func:`posenc.hf.extend`) and save it
+"""``posenc extend MODEL``: load a Hugging Face model, apply a posenc method (:func:`posenc.hf.extend`) and save it
 (:func:`posenc.hf.save`) with its tokenizer files. It prints how to load the result: a method transformers
 implements loads with plain transformers; any other one is saved in the form of :mod:`posenc.hf.saved`
 (``posenc.hf.load``, or ``from_pretrained(..., trust_remote_code=True)``; plain ``from_pretrained`` refuses)."""
@@ -8,23 +8,33 @@ from __future__ import annotations
 import argparse
 import json
 
-from posenc.cli._common import add_factor_window, add_param, params_from_args
+from posenc.cli._common import add_method, add_out, deprecated, merge_old, params_from_args, subparser
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("extend", help="extend a Hugging Face model's context with a posenc method")
-    p.add_argument("--model", required=True, help="the model: a Hugging Face folder, a .gguf file, or a bundled "
+    p = subparser(sub, "extend", "extend a Hugging Face model's context with a posenc method and save it",
+                  "Load MODEL, apply --method to it and save the result with its tokenizer into --out. A method "
+                  "transformers implements (yarn, pi/linear, dynamic_ntk, llama3, longrope) is saved as a plain "
+                  "transformers folder; any other is saved in posenc's wrapper form, which posenc.hf.load (or "
+                  "from_pretrained with trust_remote_code=True) loads extended. The command prints how to load it.")
+    p.add_argument("model", nargs="?", metavar="MODEL", help="a Hugging Face folder, a .gguf file, or a bundled "
                    "model (smollm2)")
-    p.add_argument("--method", required=True, help="e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
-    add_param(p)
-    add_factor_window(p)
+    add_method(p, "method or composition a+b, e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
     p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
-                   help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (default: auto=yes)")
-    p.add_argument("--save", required=True, help="output model dir")
+                   help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (auto: yes)")
+    add_out(p, "folder to save the extended model and its tokenizer into (must not hold a model already)")
+    deprecated(p, "--model", dest="old_model", use="give the model as the positional MODEL")
+    deprecated(p, "--save", dest="old_save", use="use --out DIR")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    merge_old(args, "old_model", "model", "MODEL", "--model")
+    merge_old(args, "old_save", "out", "--out", "--save")
+    for value, what in ((args.model, "the MODEL to extend (a Hugging Face folder, a .gguf file or smollm2)"),
+                        (args.method, "--method SPEC"), (args.out, "--out DIR, the folder to save the model into")):
+        if not value:
+            raise ValueError(f"posenc extend needs {what}")
     from posenc.hf.patch import extend, load, save
     from posenc.hf.source import load_tokenizer, source_folder
 
@@ -36,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(args.model)
     except ValueError:
         tokenizer = None  # a model without a tokenizer of its own is saved without one
-    out = save(model, args.save, tokenizer=tokenizer)  # the tokenizer's files, chat template included
+    out = save(model, args.out, tokenizer=tokenizer)  # the tokenizer's files, chat template included
     cfg = json.loads((out / "config.json").read_text())
     if cfg.get("posenc"):  # posenc's engine: the wrapper that plain transformers refuses (posenc.hf.saved)
         how = (f"posenc.hf.load({str(out)!r}), or transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}, "

@@ -10,12 +10,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from posenc.cli._common import add_out, deprecated, did_you_mean, subparser
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("perf", help="run the performance benchmarks (RoPE, attention, training, compile)")
+    p = subparser(sub, "perf", "run the performance benchmarks (RoPE, attention, training, compile, generation)",
+                  "Run the benchmarks of the repository's benchmarks/ folder (a checkout, not a wheel) and write "
+                  "OUT/<benchmark>.json and OUT/perf.md. Every number is a ratio against peers timed in the same run.")
+    p.add_argument("benchmarks", nargs="*", metavar="BENCHMARK", help="benchmark modules to run, e.g. bench_rope "
+                   "(default: all of them)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run in about a minute")
-    p.add_argument("--out", default="benchmarks/results", help="output folder for *.json and perf.md")
-    p.add_argument("--only", default="", help="comma-separated benchmark modules, e.g. bench_rope")
+    add_out(p, "folder for the *.json files and perf.md", default="benchmarks/results")
+    deprecated(p, "--only", dest="old_only", use="give the benchmark names as positional arguments")
     p.set_defaults(func=run)
 
 
@@ -40,9 +46,14 @@ def _import_run_all():
 
 def run(args: argparse.Namespace) -> int:
     run_all = _import_run_all()
-    only = [s.strip() for s in (args.only or "").split(",") if s.strip()] or None
-    unknown = sorted(set(only or ()) - set(run_all.MODULES))
-    if unknown:
-        raise ValueError(f"--only: unknown benchmark(s) {unknown}; known: {', '.join(run_all.MODULES)}")
-    res = run_all.run_all(quick=args.quick, out=args.out, only=only)
+    only = list(args.benchmarks)
+    if args.old_only:
+        if only:
+            raise ValueError("give the benchmarks as positional arguments or the old --only, not both")
+        only = [s.strip() for s in args.old_only.split(",") if s.strip()]
+    for name in only:
+        if name not in run_all.MODULES:
+            raise ValueError(f"unknown benchmark {name!r}{did_you_mean(name, run_all.MODULES)}; known: "
+                             f"{', '.join(run_all.MODULES)}")
+    res = run_all.run_all(quick=args.quick, out=args.out, only=only or None)
     return 1 if any("error" in r for r in res.values()) else 0

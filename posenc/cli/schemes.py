@@ -6,14 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from posenc.cli._common import add_param, add_train_len, parse_params
+from posenc.cli._common import add_factor_window, add_param, add_train_len, params_from_args, subparser
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("schemes", help="list presets, or print one preset's JSON")
-    p.add_argument("name", nargs="?", help="preset to print (e.g. alibi, or yarn with --train-len)")
-    add_train_len(p, None)
+    p = subparser(sub, "schemes", "list the presets and methods, or print one preset's JSON",
+                  "Without NAME: every trained-in preset and inference-time method with its paper and parameters. "
+                  "With NAME: the scheme's JSON (an inference-time method or composition a+b applies to a RoPE "
+                  "model trained at --train-len).")
+    p.add_argument("name", nargs="?", metavar="NAME", help="preset, method or composition a+b to print (e.g. alibi, "
+                   "or yarn with --train-len)")
+    add_train_len(p, None, help="trained context length L (required for an inference-time method)")
     add_param(p, "preset parameter, repeatable (e.g. --param factor=4)")
+    add_factor_window(p)
     p.set_defaults(func=run)
 
 
@@ -43,13 +48,24 @@ def _listing() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.scheme.core import PositionScheme
+    from posenc.scheme.core import TRAINED, PositionScheme
 
     if args.name is None:
+        if args.param or args.train_len is not None or args.factor is not None or args.window is not None:
+            raise ValueError("--train-len, --param, --factor and --window go with a NAME to print")
         print("\n".join(_listing()))
         return 0
-    params = parse_params(args.param)
+    params = params_from_args(args)
     if args.train_len is not None:
         params["train_len"] = args.train_len
+    elif args.name not in TRAINED:
+        from posenc.scheme.methods import parse_methods
+
+        try:
+            parse_methods(args.name, identity=False)
+        except ValueError:
+            PositionScheme.preset(args.name)  # "unknown preset 'x'" (with "did you mean" from posenc.cli.main)
+        raise ValueError(f"{args.name!r} is an inference-time method: give --train-len L, the length the RoPE model "
+                         f"was trained at (e.g. posenc schemes {args.name} --train-len 4096)")
     print(json.dumps(PositionScheme.preset(args.name, **params).to_dict(), indent=2))
     return 0

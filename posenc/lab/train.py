@@ -32,12 +32,14 @@ its weights are loaded into a TinyLM built with the new scheme; an inference-tim
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -59,10 +61,25 @@ log = logging.getLogger("posenc")
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
 
 
+# The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 1200 steps, 16 text windows and 4
+# recall rows of weight 0.25 per step), so `posenc train` with no flags trains the model the README measures.
+DEFAULT_WARMUP = 100
+WARMUP_FRACTION = 5  # an unset warmup is at most steps // WARMUP_FRACTION
+
+
+class TrainConfigWarning(UserWarning):
+    """A :class:`TrainConfig` setting that is allowed but makes little sense (:meth:`TrainConfig.warnings`)."""
+
+
 @dataclass
 class TrainConfig:
     """Everything that defines a training run. ``scheme`` is a preset name (with ``scheme_params``)
-    or a ``PositionScheme.to_dict()``; ``init`` is a checkpoint folder to continue from."""
+    or a ``PositionScheme.to_dict()``; ``init`` is a checkpoint folder to continue from.
+
+    The defaults are the lab's quick recipe (``posenc bench --preset quick``): dim 128, 2 layers, 4 heads,
+    ``train_len`` 64, 1200 steps of 16 text windows and 4 key-value recall rows (loss weight 0.25), lr 3e-3.
+    ``warmup=None`` (the default) means ``min(100, steps // 5)`` (:attr:`warmup_steps`), so a short run is not
+    all warmup."""
 
     out_dir: str
     corpus: str = "gutenberg"
@@ -70,14 +87,14 @@ class TrainConfig:
     scheme: str | dict = "rope"
     scheme_params: dict = field(default_factory=dict)
     dim: int = 128
-    n_layers: int = 4
+    n_layers: int = 2
     n_heads: int = 4
-    train_len: int = 128
-    batch_size: int = 32
-    steps: int = 2000
-    lr: float = 1e-3
+    train_len: int = 64
+    batch_size: int = 16
+    steps: int = 1200
+    lr: float = 3e-3
     min_lr: float = 1e-4
-    warmup: int = 100
+    warmup: int | None = None
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     dropout: float = 0.0
@@ -89,28 +106,54 @@ class TrainConfig:
     init: str | None = None
     device: str = "cpu"
     compile: bool = False
-    recall_batch: int = 0  # recall sequences added to each batch (posenc.lab.recall); 0: text only
-    recall_weight: float = 1.0  # weight of their loss next to the text loss
+    recall_batch: int = 4  # recall sequences added to each batch (posenc.lab.recall); 0: text only
+    recall_weight: float = 0.25  # weight of their loss next to the text loss
     recall_pairs: int = 1  # key-value pairs per recall row
 
     def __post_init__(self):
         for names, minimum, what in (
                 (("dim", "n_layers", "n_heads", "train_len", "batch_size", "steps", "eval_batches"), 1,
                  "a positive integer"),
-                (("warmup", "save_every", "eval_every", "seed", "log_every", "recall_batch"), 0,
-                 "a non-negative integer"),
+                (("save_every", "eval_every", "seed", "log_every", "recall_batch"), 0, "a non-negative integer"),
                 (("recall_pairs",), 1, "a positive integer")):
             for name in names:
                 v = getattr(self, name)
                 if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
                     raise ValueError(f"TrainConfig.{name} must be {what}, got {v!r}")
+        if self.warmup is not None and (isinstance(self.warmup, bool) or not isinstance(self.warmup, int)
+                                        or self.warmup < 0):
+            raise ValueError(f"TrainConfig.warmup must be a non-negative integer or None (min({DEFAULT_WARMUP}, "
+                             f"steps // {WARMUP_FRACTION})), got {self.warmup!r}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip", "dropout", "recall_weight"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"TrainConfig.{name} must be a finite number >= 0, got {v!r}")
         check_device("TrainConfig.device", self.device)
         if self.min_lr > self.lr:
-            raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= lr ({self.lr})")
+            raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= TrainConfig.lr ({self.lr})")
+
+    @property
+    def warmup_steps(self) -> int:
+        """The warmup in use: ``warmup``, or ``min(100, steps // 5)`` when it is None."""
+        return min(DEFAULT_WARMUP, self.steps // WARMUP_FRACTION) if self.warmup is None else self.warmup
+
+    def warnings(self) -> list[str]:
+        """Settings that are allowed but make little sense, one sentence each (``train`` issues them as
+        :class:`TrainConfigWarning`; ``posenc train`` prints them with the flags' names)."""
+        out = []
+        if self.warmup is not None and self.warmup > self.steps // 2:
+            out.append(f"TrainConfig.warmup ({self.warmup}) is more than half of TrainConfig.steps ({self.steps}): "
+                       f"the learning rate peaks only at step {min(self.warmup, self.steps)}; leave it unset for "
+                       f"min({DEFAULT_WARMUP}, steps // {WARMUP_FRACTION}) = {min(DEFAULT_WARMUP, self.steps // 5)}")
+        if self.lr == 0:
+            out.append("TrainConfig.lr is 0: the weights never change")
+        if not self.recall_batch and (self.recall_weight != 0.25 or self.recall_pairs != 1):
+            out.append("TrainConfig.recall_weight and TrainConfig.recall_pairs have no effect with "
+                       "TrainConfig.recall_batch 0 (no recall rows)")
+        if self.eval_every and self.eval_every >= self.steps:
+            out.append(f"TrainConfig.eval_every ({self.eval_every}) is not below TrainConfig.steps ({self.steps}): no "
+                       f"validation loss before the final one")
+        return out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -118,11 +161,13 @@ class TrainConfig:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate of optimizer step ``step`` (0-based): linear warmup ``lr * (step+1)/warmup`` for
-    ``step < warmup``, then cosine from ``lr`` to ``min_lr`` over the remaining steps."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    span = max(1, cfg.steps - cfg.warmup)
-    t = min(1.0, (step - cfg.warmup) / span)
+    ``step < warmup`` (:attr:`TrainConfig.warmup_steps`), then cosine from ``lr`` to ``min_lr`` over the remaining
+    steps."""
+    warmup = cfg.warmup_steps
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    span = max(1, cfg.steps - warmup)
+    t = min(1.0, (step - warmup) / span)
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * t))
 
 
@@ -260,6 +305,8 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
+    for message in cfg.warnings():
+        warnings.warn(message, TrainConfigWarning, stacklevel=2)
     _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     run_dir = Path(cfg.out_dir)
     rank, world, local_rank = _dist_env()
@@ -291,7 +338,10 @@ def _check_corpus(corpus) -> None:
     if isinstance(corpus, str) and corpus in CORPORA:
         return
     if not Path(corpus).expanduser().exists():
-        raise ValueError(f"corpus must be one of {sorted(CORPORA)} or an existing file/folder, got {str(corpus)!r}")
+        close = difflib.get_close_matches(str(corpus), sorted(CORPORA), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown corpus {str(corpus)!r}{hint}: corpus must be one of {sorted(CORPORA)} or an "
+                         f"existing file/folder")
 
 
 def _stop_now(stop: StopSignals, world: int, device) -> bool:
