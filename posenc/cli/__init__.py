@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "perf": "posenc.cli.perf",
     "schemes": "posenc.cli.schemes",
     "compat": "posenc.cli.compat",
+    "tune": "posenc.cli.tune",
 }
 
 

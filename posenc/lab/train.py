@@ -330,6 +330,12 @@ def _check_corpus(corpus) -> None:
         raise ValueError(f"corpus must be one of {sorted(CORPORA)} or an existing file/folder, got {str(corpus)!r}")
 
 
+def _training_loss(model: TinyLM, fwd, tokens, cfg: TrainConfig, step: int, rank: int, world: int, device):
+    """:func:`_batch_loss` under the training attention (:func:`_attention_for_training`)."""
+    with _attention_for_training(model, cfg):
+        return _batch_loss(fwd, tokens, cfg, step, rank, world, device)
+
+
 def _attention_for_training(model: TinyLM, cfg: TrainConfig):
     """S^2-attention (:func:`posenc.lab.s2.s2_attention`) for the forward and backward of a training step when
     ``cfg.s2_groups``; plain attention (a no-op context) otherwise. Evaluation is always full attention."""
@@ -407,8 +413,7 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm, 
     for step in range(start_step, cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        with _attention_for_training(model, cfg):
-            loss = _batch_loss(fwd, corpus.train, cfg, step, rank, world, device)
+        loss = _training_loss(model, fwd, corpus.train, cfg, step, rank, world, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
