@@ -140,7 +140,7 @@ print(json.dumps({"posenc": any(k.startswith("posenc") for k in sys.modules),
 def _plain_load(folder, ids):
     """Load ``folder`` with plain transformers in a fresh interpreter (posenc never imported)."""
     out = subprocess.run([sys.executable, "-c", _PLAIN, str(folder), json.dumps(ids)], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=1800)  # a fresh interpreter imports torch + transformers: minutes on a loaded CPU
     return out
 
 
