@@ -13,14 +13,14 @@ from posenc.cli import SUBCOMMANDS, build_parser
 
 # The positional argument is the thing acted on, named by what it is (never ckpt/run_dir/checkpoint).
 POSITIONAL = {"eval": "MODEL", "generate": "RUN", "extend": "MODEL", "export": "RUN", "plot": "KIND",
-              "perf": "BENCHMARK", "schemes": "NAME", "compat": "FAMILY", "data": "CORPUS"}
+              "perf": "BENCHMARK", "schemes": "NAME", "compat": "FAMILY", "data": "CORPUS", "tune": "MODEL"}
 # Commands that run a model take --device; commands that draw random numbers take --seed.
 DEVICE = {"bench", "train", "eval", "generate"}
-SEED = {"bench", "train", "eval", "generate", "compat"}
+SEED = {"bench", "train", "eval", "generate", "compat", "tune"}
 # Commands that take a method take --method SPEC with --param, --factor and --window.
 METHOD = {"train", "eval", "generate", "extend"}
 # Commands that write files write them into the folder --out.
-OUT = {"bench", "train", "eval", "extend", "export", "plot", "perf", "compat"}
+OUT = {"bench", "train", "eval", "extend", "export", "plot", "perf", "compat", "tune"}
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:

@@ -24,6 +24,7 @@ LAYERS = (
     ("posenc.lab",),
     ("posenc.analysis",),
     ("posenc.hf",),
+    ("posenc.tune",),
     ("posenc.cli", "posenc.__main__"),
 )
 

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "schemes": "posenc.cli.schemes",
     "compat": "posenc.cli.compat",
     "data": "posenc.cli.data",
+    "tune": "posenc.cli.tune",
 }
 
 DESCRIPTION = """posenc: positional encodings and length extrapolation for transformers.

@@ -45,6 +45,10 @@ HELP = {
     "recall_batch": "key-value recall rows added to every step (0: text only)",
     "recall_weight": "weight of the recall rows' loss next to the text loss",
     "recall_pairs": "key-value pairs per recall row",
+    "positions": "training position ids: contiguous, pose (PoSE skip-wise chunks) or randomized (Ruoss et al.)",
+    "position_range": "the id range pose / randomized positions cover (> --train-len; required with them)",
+    "pose_chunks": "PoSE's chunks per window (the paper's default 2)",
+    "s2_groups": "LongLoRA S^2-attention groups per window during training (the paper's 4; 0: full attention)",
 }
 
 

@@ -39,7 +39,7 @@ from posenc.lab.report import markdown_tables, shape_checks, write_report
 from posenc.lab.report_retrieval import ppl_vs_retrieval_table, retrieval_checks
 from posenc.scheme.methods import NONE, is_identity
 
-__all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "scheme_spec"]
+__all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "scheme_spec", "yarn_schedule"]
 
 ROPE_METHODS = ("pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_ntk_qwen", "yarn", "dynamic_yarn", "rerope",
                 "leaky_rerope", "selfextend", "logn", "rerope+logn", "ntk_mixed+logn", "lm_infinite",
@@ -53,14 +53,37 @@ ALL_TRAINED = ("nope", "sinusoidal", "learned", "floater", "complex_order", "sha
 class FineTune:
     """A short fine-tune continued from the ``base`` scheme's checkpoint under ``base.extend(method,
     **params)``, at ``len_factor * L`` (Chen et al. arXiv:2306.15595 for PI; Liu et al. arXiv:2310.05209
-    for a changed RoPE base). ``name`` labels its row."""
+    for a changed RoPE base). ``name`` labels its row. ``base`` may name an earlier row (YaRN's two-stage
+    schedule, :func:`yarn_schedule`) or be ``None``: a model trained from scratch with the trained preset
+    ``method`` (PoSE / randomized-position rows, and training at the full length). ``options`` are
+    :class:`~posenc.lab.train.TrainConfig` training options (PoSE, randomized ids, S^2-attention).
+    ``scheme_from``: the weights come from ``base`` but ``method`` extends this row's scheme (YaRN's second
+    stage: the ``base`` checkpoint at scale ``s``, re-scaled to ``2s`` from the plain RoPE scheme)."""
 
     name: str
     method: str
     params: dict = field(default_factory=dict)
     steps: int = 100
     len_factor: int = 2
-    base: str = "rope"
+    base: str | None = "rope"  # a trained scheme, an earlier fine-tune row (a schedule), or None: from scratch
+    options: dict = field(default_factory=dict)  # training options (TrainConfig fields: positions, s2_groups, ...)
+    scheme_from: str | None = None  # the row whose scheme ``method`` extends (default: ``base``'s)
+
+
+def yarn_schedule(factor: float = 2.0, steps: int = 150, base: str = "rope") -> tuple[FineTune, FineTune]:
+    """YaRN's fine-tune schedule (Peng et al. arXiv:2309.00071, Sec. 4.1): scale ``s = factor`` fine-tuned for
+    ``steps`` on windows of ``s * L`` tokens (the paper: s=16, 400 steps on 64k-token windows for a 4k Llama 2),
+    then ``2s`` continued from that checkpoint for ``steps / 2`` more on the same windows (the paper: s=32, 200
+    steps). Two :class:`FineTune` rows, the second based on the first. The paper's optimizer (lr 2e-5, no
+    weight decay, 20 warmup steps) is for a 7B model; the lab keeps its preset's recipe."""
+    if not isinstance(factor, (int, float)) or factor <= 1 or factor != int(factor):
+        raise ValueError(f"factor must be an integer > 1 (the window is factor x L), got {factor!r}")
+    steps = check_positive_int("steps", steps, minimum=2)
+    first = FineTune(f"{base}_ft_yarn{int(factor)}", "yarn", {"factor": float(factor)}, steps=steps,
+                     len_factor=int(factor), base=base)
+    second = FineTune(f"{base}_ft_yarn{int(2 * factor)}", "yarn", {"factor": float(2 * factor)}, steps=steps // 2,
+                      len_factor=int(factor), base=first.name, scheme_from=base)
+    return first, second
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,25 @@ PRESETS: dict[str, BenchPreset] = {
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
         max_windows=24, recall_factors=(1, 2, 4), rope_methods=(), learned_methods=(),
         schemes=("rope", "irope:every=2", "local_global:every=2", "nope_every4:every=2")),
+    "training_time": BenchPreset(
+        "training_time", "train-time extension (PoSE, randomized ids, S^2-attn, YaRN schedule) vs training at 4L and "
+        "training-free methods, L=64 to 8L",
+        # quick's RoPE model and recipe; every row covers 4L = 256 positions. PoSE (arXiv:2309.10400) with PI as in
+        # the paper, two chunks; randomized ids (arXiv:2305.16843) to 8L; S^2 (arXiv:2309.12307) at 4L, 4 groups,
+        # with PI as LongLoRA; the plain PI fine-tune at 4L is S^2's full-attention reference
+        dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
+        max_windows=24, recall_factors=(1, 2, 4, 8), schemes=("rope",),
+        rope_methods=("pi", "ntk", "yarn", "selfextend", "rerope"),
+        finetunes=(FineTune("rope_full_4L", "rope", steps=1200, len_factor=4, base=None),
+                   FineTune("rope_pose_4L", "rope", steps=1200, len_factor=1, base=None,
+                            options={"positions": "pose", "position_range": 256}),
+                   FineTune("rope_randomized_8L", "rope", steps=1200, len_factor=1, base=None,
+                            options={"positions": "randomized", "position_range": 512}),
+                   FineTune("rope_ft_pose_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=1,
+                            options={"positions": "pose", "position_range": 256}),
+                   FineTune("rope_ft_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=4),
+                   FineTune("rope_ft_s2_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=4, options={"s2_groups": 4}),
+                   *yarn_schedule(2.0, 150))),
     "full": BenchPreset(
         "full", "GPU-sized: every scheme, dim 512, 8 layers, L=512, to 16L",
         dim=512, n_layers=8, n_heads=8, train_len=512, steps=20000, batch_size=32, lr=6e-4,
@@ -193,7 +235,7 @@ def scheme_spec(entry: str) -> tuple[str, dict]:
 
 
 def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, *, steps=None, train_len=None,
-                  init=None, scheme_params=None):
+                  init=None, scheme_params=None, options=None):
     """The ``posenc.lab.train.TrainConfig`` of one model (``scheme`` a preset name; with ``init`` a method name
     applied to that checkpoint's scheme)."""
     from posenc.lab.train import TrainConfig
@@ -205,7 +247,7 @@ def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, 
                        batch_size=preset.batch_size, steps=steps, lr=preset.lr, min_lr=min(preset.lr, 1e-4),
                        warmup=min(preset.warmup, steps // 5), seed=preset.seed, init=init, device=device,
                        save_every=save_every(steps), eval_batches=preset.val_batches, recall_batch=preset.recall_batch,
-                       recall_weight=preset.recall_weight, recall_pairs=preset.recall_pairs)
+                       recall_weight=preset.recall_weight, recall_pairs=preset.recall_pairs, **dict(options or {}))
 
 
 def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> dict:
@@ -374,16 +416,23 @@ def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path]
     """Fine-tune (or reuse) every row of ``preset.finetunes`` whose base was trained: ``{name: run_dir}``."""
     ft_dirs: dict[str, Path] = {}
     for ft in preset.finetunes:
-        if ft.base not in run_dirs:
-            log(f"fine-tune {ft.name}: skipped, base scheme {ft.base!r} not trained in this preset")
+        bases = {**run_dirs, **ft_dirs}  # a row may continue an earlier row (a schedule)
+        if ft.base is not None and ft.base not in bases:
+            log(f"fine-tune {ft.name}: skipped, base {ft.base!r} not trained in this preset")
             continue
         run_dir = runs_dir / ft.name
         t = time.perf_counter()
         ft_len = ft.len_factor * preset.train_len
+        init = None if ft.base is None else str(bases[ft.base])
+        scheme, params = ft.method, ft.params
+        if init is not None and ft.scheme_from not in (None, ft.base):  # a schedule's next stage: a new scale
+            from posenc.lab.checkpoint import load_model
+
+            scheme, params = load_model(bases[ft.scheme_from]).scheme.extend(ft.method, **ft.params).to_dict(), {}
         train_or_reuse(f"fine-tune {ft.name}",
-                       f"{ft.method} {ft.params} from {run_dirs[ft.base]}, {ft.steps} steps at {ft_len}",
-                       run_dir, ft.steps, log, _train, preset, ft.method, run_dir, device, progress,
-                       steps=ft.steps, train_len=ft_len, init=str(run_dirs[ft.base]), scheme_params=ft.params)
+                       f"{ft.method} {ft.params} {ft.options} from {init or 'scratch'}, {ft.steps} steps at {ft_len}",
+                       run_dir, ft.steps, log, _train, preset, scheme, run_dir, device, progress,
+                       steps=ft.steps, train_len=ft_len, init=init, scheme_params=params, options=ft.options)
         timings[f"finetune/{ft.name}"] = time.perf_counter() - t
         ft_dirs[ft.name] = run_dir
     return ft_dirs

@@ -59,6 +59,8 @@ from posenc.scheme.methods import parse_methods
 log = logging.getLogger("posenc")
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
+# TrainConfig fields added after runs were saved: a saved run without them used their defaults.
+_ADDED_FIELDS = ("positions", "position_range", "pose_chunks", "s2_groups")
 
 
 # The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 1200 steps, 16 text windows and 4
@@ -109,6 +111,10 @@ class TrainConfig:
     recall_batch: int = 4  # recall sequences added to each batch (posenc.lab.recall); 0: text only
     recall_weight: float = 0.25  # weight of their loss next to the text loss
     recall_pairs: int = 1  # key-value pairs per recall row
+    positions: str = "contiguous"  # training position ids (posenc.lab.positions): contiguous | pose | randomized
+    position_range: int = 0  # the ids pose / randomized cover, L_t > train_len (required with them)
+    pose_chunks: int = 2  # PoSE's chunks per window (the paper's default 2)
+    s2_groups: int = 0  # LongLoRA S^2-attention groups per window at training (posenc.lab.s2; paper: 4); 0: full
 
     def __post_init__(self):
         for names, minimum, what in (
@@ -131,6 +137,7 @@ class TrainConfig:
         check_device("TrainConfig.device", self.device)
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= TrainConfig.lr ({self.lr})")
+        self._check_training_options()
 
     @property
     def warmup_steps(self) -> int:
@@ -154,6 +161,28 @@ class TrainConfig:
             out.append(f"TrainConfig.eval_every ({self.eval_every}) is not below TrainConfig.steps ({self.steps}): no "
                        f"validation loss before the final one")
         return out
+
+    def _check_training_options(self) -> None:
+        """The training-time extension options: PoSE / randomized ids (:mod:`posenc.lab.positions`) and
+        S^2-attention (:mod:`posenc.lab.s2`)."""
+        from posenc.lab.positions import POSITION_KINDS
+
+        if self.positions not in POSITION_KINDS:
+            raise ValueError(f"TrainConfig.positions must be one of {list(POSITION_KINDS)}, got {self.positions!r}")
+        for name in ("position_range", "s2_groups", "pose_chunks"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "pose_chunks" else 0):
+                what = "positive" if name == "pose_chunks" else "non-negative"
+                raise ValueError(f"TrainConfig.{name} must be a {what} integer, got {v!r}")
+        if self.positions != "contiguous" and self.position_range <= self.train_len:
+            raise ValueError(f"TrainConfig.position_range must be > train_len ({self.train_len}) with positions="
+                             f"{self.positions!r}, got {self.position_range}")
+        if self.pose_chunks > self.train_len:
+            raise ValueError(f"TrainConfig.pose_chunks must be in [1, train_len={self.train_len}], got "
+                             f"{self.pose_chunks}")
+        if self.s2_groups and (self.train_len % self.s2_groups or (self.train_len // self.s2_groups) % 2):
+            raise ValueError(f"TrainConfig.s2_groups must split train_len ({self.train_len}) into groups of an even "
+                             f"size, got {self.s2_groups}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -234,6 +263,8 @@ def _build_model(cfg: TrainConfig, vocab_size: int) -> TinyLM:
 
 def _compatible(saved: dict, cfg: TrainConfig) -> None:
     cur = cfg.to_dict()
+    # a field a run saved before it existed had its default then (the training options were added later)
+    saved = {**{k: v for k, v in TrainConfig(out_dir="").to_dict().items() if k in _ADDED_FIELDS}, **saved}
     diff = sorted(k for k in cur if k not in _RUNTIME_FIELDS and json.dumps(saved.get(k), sort_keys=True)
                   != json.dumps(cur[k], sort_keys=True))
     if diff:
@@ -273,19 +304,24 @@ def _batch_loss(fwd, tokens, cfg: TrainConfig, step: int, rank: int, world: int,
     """Loss of batch ``step``: next-token cross-entropy over the text rows (:func:`posenc.lab.batches.get_batch`)
     plus, with ``recall_batch``, ``recall_weight`` x the cross-entropy over the queried values of that many
     key-value recall rows (:func:`posenc.lab.recall.recall_batch`), both in one forward pass. Each term is
-    a mean over its own targets, so the recall rows' few targets are not drowned by the text's."""
+    a mean over its own targets, so the recall rows' few targets are not drowned by the text's. With
+    ``cfg.positions`` PoSE or randomized, every row gets its own ids (:func:`posenc.lab.positions.train_positions`)."""
     from posenc.lab.batches import get_batch
+    from posenc.lab.positions import train_positions
     from posenc.lab.recall import IGNORE, RecallSpec, recall_batch
 
     x, y = get_batch(tokens, cfg.batch_size, cfg.train_len, cfg.seed, step, rank=rank, world_size=world)
+    b = cfg.recall_batch // world
+    pos = train_positions(cfg.positions, x.shape[0] + b, cfg.train_len, cfg.position_range, cfg.seed, step,
+                          chunks=cfg.pose_chunks, rank=rank)  # [b_text + b_recall, N] or None (0..N-1)
+    pos = None if pos is None else pos.to(device)
     if not cfg.recall_batch:
-        logits = fwd(x.to(device), impl="auto")  # [b, N, V]
+        logits = fwd(x.to(device), pos, impl="auto")  # [b, N, V]
         return F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
     xr, yr = recall_batch(tokens, cfg.recall_batch, cfg.train_len, cfg.seed, step,
                           RecallSpec(pairs=cfg.recall_pairs))
-    b = cfg.recall_batch // world
     xr, yr = xr[rank * b:(rank + 1) * b], yr[rank * b:(rank + 1) * b]
-    logits = fwd(torch.cat([x, xr]).to(device), impl="auto").float()  # [b_text + b_recall, N, V]
+    logits = fwd(torch.cat([x, xr]).to(device), pos, impl="auto").float()  # [b_text + b_recall, N, V]
     n = x.shape[0]
     text = F.cross_entropy(logits[:n].flatten(0, 1), y.to(device).flatten())
     recall = F.cross_entropy(logits[n:].flatten(0, 1), yr.to(device).flatten(), ignore_index=IGNORE)
@@ -342,6 +378,22 @@ def _check_corpus(corpus) -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown corpus {str(corpus)!r}{hint}: corpus must be one of {sorted(CORPORA)} or an "
                          f"existing file/folder")
+
+
+def _training_loss(model: TinyLM, fwd, tokens, cfg: TrainConfig, step: int, rank: int, world: int, device):
+    """:func:`_batch_loss` under the training attention (:func:`_attention_for_training`)."""
+    with _attention_for_training(model, cfg):
+        return _batch_loss(fwd, tokens, cfg, step, rank, world, device)
+
+
+def _attention_for_training(model: TinyLM, cfg: TrainConfig):
+    """S^2-attention (:func:`posenc.lab.s2.s2_attention`) for the forward and backward of a training step when
+    ``cfg.s2_groups``; plain attention (a no-op context) otherwise. Evaluation is always full attention."""
+    import contextlib
+
+    from posenc.lab.s2 import s2_attention
+
+    return s2_attention(model, cfg.s2_groups) if cfg.s2_groups else contextlib.nullcontext()
 
 
 def _stop_now(stop: StopSignals, world: int, device) -> bool:
@@ -411,7 +463,7 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm, 
     for step in range(start_step, cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        loss = _batch_loss(fwd, corpus.train, cfg, step, rank, world, device)
+        loss = _training_loss(model, fwd, corpus.train, cfg, step, rank, world, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:

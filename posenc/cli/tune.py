@@ -1,0 +1,57 @@
+"""``posenc tune MODEL --length N --out DIR``: search the length extension of a Hugging Face model (a folder, a
+``.gguf`` file or ``smollm2``) on the long-context suite's objective within a budget of forward passes, print the
+ranked table and the recommendation, and save the winner (:func:`posenc.tune.tune`). Re-running the same command
+resumes: finished cells in ``DIR/cells`` are read back, not recomputed."""
+
+from __future__ import annotations
+
+import argparse
+
+from posenc.cli._common import add_out, add_seed, subparser
+
+
+def _context(s: str) -> tuple[str, int]:
+    gens, _, seed = s.partition(":")
+    try:
+        return gens, int(seed or 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--context expects GENERATORS[:SEED] (e.g. passkey:0), got {s!r}") from None
+
+
+def add_parser(sub) -> None:
+    from posenc.tune.search import DEFAULT_METHODS
+
+    p = subparser(sub, "tune", "search the extension (method, parameters, LongRoPE factors) of a model for a target "
+                  "length and save the winner (resumable)")
+    p.add_argument("model", metavar="MODEL",
+                   help="the model: a Hugging Face folder, a .gguf file, or a bundled model (smollm2)")
+    p.add_argument("--length", type=int, required=True, metavar="N",
+                   help="the target context length in tokens (required, no default)")
+    add_out(p, "output folder (cells, results.json, report.md, the saved model)", required=True)
+    p.add_argument("--budget", type=int, default=40, metavar="N",
+                   help="forward passes (one prefill of one context each)")
+    p.add_argument("--search", action="append", default=None, metavar="SPEC",
+                   help=f"a method to search, repeatable (default: {' '.join(DEFAULT_METHODS)})")
+    p.add_argument("--no-longrope", dest="longrope", action="store_false",
+                   help="skip LongRoPE's per-dimension factor search (default: searched)")
+    p.add_argument("--context", action="append", type=_context, default=None, metavar="GENERATORS[:SEED]",
+                   help="a tune context (book haystack with these needles, e.g. passkey:0 or niah:1), repeatable "
+                        "(default: passkey:0 niah:1)")
+    p.add_argument("--target", type=int, default=256, metavar="N", help="scored target-passage tokens per context")
+    p.add_argument("--weight", type=float, default=1.0, metavar="X", help="score = loss + X x (1 - retrieval)")
+    add_seed(p, 0, help="seed of the evolutionary search")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from posenc.tune.search import DEFAULT_METHODS, tune
+
+    res = tune(args.model, args.length, args.out, budget=args.budget, methods=tuple(args.search or DEFAULT_METHODS),
+               longrope=args.longrope, seed=args.seed, contexts=tuple(args.context or (("passkey", 0), ("niah", 1))),
+               target=args.target, weight=args.weight, progress=not args.quiet)
+    if args.quiet:
+        w = res["winner"]
+        print(json.dumps({"winner": {k: w[k] for k in ("method", "score", "ppl", "retrieval")}, "saved": res["saved"]}))
+    return 0

@@ -1,0 +1,216 @@
+"""posenc tune: LongRoPE's factor vectors and evolutionary search, the suite objective, the ranked result, the
+saved winner (plain transformers without posenc, and llama.cpp GGUF keys read back), resuming, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from posenc.tune.factors import INIT_RULES, evolve, initial_factors, is_monotone
+from posenc.tune.gguf_rope import read_rope_gguf, write_rope_gguf
+from posenc.tune.search import method_candidates, save_winner, tune
+
+L = 256
+N = 512
+D = 16  # head_dim of the tiny model
+
+
+# ------------------------------------------------------------------------------------------------ factors
+def test_initial_factors_are_pi_ntk_and_yarn():
+    d, s, base = 64, 4.0, 10000.0
+    i = np.arange(d // 2)
+    theta = base ** (-2 * i / d)
+    assert np.all(initial_factors("pi", s, d, base, 2048) == s)
+    ntk = initial_factors("ntk", s, d, base, 2048)
+    # NTK-aware: the base becomes b * s^(d/(d-2)); lambda_i = theta_i / theta_i'
+    ntk_theta = (base * s ** (d / (d - 2))) ** (-2 * i / d)
+    np.testing.assert_allclose(ntk, theta / ntk_theta, atol=1e-4)
+    assert ntk[0] == 1.0 and ntk[-1] == pytest.approx(s)
+    yarn = initial_factors("yarn", s, d, base, 2048)
+    turns = 2048 * theta / (2 * math.pi)
+    assert np.all(yarn[turns > 64] == 1.0) and np.all(yarn[turns < 0.5] == s)  # NTK-by-parts' two ends
+    for rule in INIT_RULES:
+        assert is_monotone(initial_factors(rule, s, d, base, 2048), s)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        initial_factors("linear", s, d, base, 2048)
+    with pytest.raises(ValueError, match="factor must be a number >= 1"):
+        initial_factors("pi", 0.5, d, base, 2048)
+
+
+def test_yarn_initial_factors_follow_the_ramp_of_transformers():
+    d, s, base, train = 32, 4.0, 10000.0, 256
+    from posenc.parts.frequencies import yarn_correction_range
+
+    low, high = yarn_correction_range(d, base, train, 32, 1)
+    lam = initial_factors("yarn", s, d, base, train)
+    i = np.arange(d // 2)
+    gamma = 1 - np.clip((i - low) / (high - low), 0, 1)  # 1: pair left alone, 0: interpolated by s
+    np.testing.assert_allclose(lam, 1 / ((1 - gamma) / s + gamma), atol=1e-4)
+    assert lam[0] == 1.0 and lam[-1] == pytest.approx(s)
+
+
+def test_evolution_improves_a_known_objective_and_keeps_the_constraint():
+    """Score: squared log-distance to a monotone optimum none of the rules is; the search must get closer than
+    every rule, evaluate only monotone vectors in [1, max_factor], respect the budget, and be reproducible."""
+    d, s = 32, 4.0
+    init = {r: initial_factors(r, s, d, 10000.0, 256) for r in INIT_RULES}
+    best_vec = np.round(np.clip(np.linspace(1.0, 1.3 * s, d // 2) ** 1.1, 1.0, 2 * s), 4)
+    best_vec = np.maximum.accumulate(best_vec)
+
+    def score(lam):
+        assert is_monotone(lam, 2 * s)
+        return float(np.sum((np.log(lam) - np.log(best_vec)) ** 2))
+
+    found = evolve(score, init, 80, max_factor=2 * s, seed=0)
+    assert len(found) == 80 and len({tuple(r["factors"]) for r in found}) == 80
+    start = min(score(v) for v in init.values())
+    assert found[0]["score"] < 0.5 * start
+    assert all(is_monotone(r["factors"], 2 * s) for r in found)
+    assert [r["score"] for r in found] == sorted(r["score"] for r in found)
+    again = evolve(score, init, 80, max_factor=2 * s, seed=0)
+    assert [r["factors"] for r in again] == [r["factors"] for r in found]
+    with pytest.raises(ValueError, match="break the constraint"):
+        evolve(score, {"bad": np.array([2.0, 1.0] * 8)}, 4, max_factor=2 * s)
+
+
+def test_method_candidates_vary_the_per_length_defaults():
+    cands = method_candidates(("yarn", "selfextend"), L, N, D, 10000.0)
+    yarn = [p for m, p in cands if m == "yarn"]
+    assert yarn[0]["factor"] == 2.0 and {p["factor"] for p in yarn} == {2.0, 3.0}
+    se = [p for m, p in cands if m == "selfextend"]
+    assert se[0] == {"group": 4, "window": L // 2} or se[0]["window"] == L // 2
+    assert {(p["group"], p["window"]) for p in se} >= {(se[0]["group"], L // 2), (2 * se[0]["group"], L // 4)}
+    assert len(cands) == len({json.dumps(c, sort_keys=True) for c in cands})
+
+
+# ------------------------------------------------------------------------------------------------ tiny model
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from posenc.hf.export import byte_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=260, max_position_embeddings=L)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_tune_ranks_saves_and_resumes(tiny, tmp_path):
+    kw = dict(budget=8, methods=("yarn", "selfextend"), contexts=(("passkey", 0),), target=32, progress=False,
+              log=lambda m: None, population=3)
+    res = tune(tiny, N, tmp_path, **kw)
+    rows = res["rows"]
+    assert res["meta"]["forwards_run"] == 8 == len(rows)  # one context: one prefill per candidate
+    assert [r["score"] for r in rows] == sorted(r["score"] for r in rows) and res["winner"] == rows[0]
+    methods = [r["method"] for r in rows]
+    assert "none" in methods and "longrope" in methods and "yarn" in methods
+    for r in rows:
+        assert r["score"] == pytest.approx(r["loss"] + 1.0 * (1 - r["retrieval"]))
+        assert r["retrieval_lo"] <= r["retrieval"] <= r["retrieval_hi"]
+    for r in rows:
+        if r["method"] == "longrope":
+            assert is_monotone(r["params"]["long_factor"], 2 * N / L)
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["rows"] == json.loads(json.dumps(rows))
+    assert "Recommendation" in (tmp_path / "report.md").read_text()
+    again = tune(tiny, N, tmp_path, **kw)  # resumed: every cell is read back
+    assert again["meta"]["forwards_run"] == 0 and again["rows"] == json.loads(json.dumps(rows))
+    with pytest.raises(ValueError, match="length must be >"):
+        tune(tiny, L, tmp_path / "short", **kw)
+
+
+_PLAIN = """
+import json, sys, torch, transformers
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+ids = torch.tensor([json.loads(sys.argv[2])])
+print(json.dumps({"posenc": any(k.startswith("posenc") for k in sys.modules),
+                  "logits": m(input_ids=ids).logits[0, -1, :8].tolist(), "rope": m.config.rope_parameters}))
+"""
+
+
+def _plain_load(folder, ids):
+    """Load ``folder`` with plain transformers in a fresh interpreter (posenc never imported)."""
+    out = subprocess.run([sys.executable, "-c", _PLAIN, str(folder), json.dumps(ids)], capture_output=True, text=True,
+                         timeout=1800)  # a fresh interpreter imports torch + transformers: minutes on a loaded CPU
+    return out
+
+
+def _row(method, params, score):
+    return {"method": method, "params": params, "score": score, "loss": score, "ppl": math.exp(score),
+            "retrieval": 0.0, "queries": 1}
+
+
+def test_native_winner_loads_in_plain_transformers_and_as_gguf(tiny, tmp_path):
+    from posenc.hf.patch import extend, load
+    from posenc.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells")
+    lam = initial_factors("yarn", N / L, D, 10000.0, L)
+    lam[-1] = lam[-1] * 1.5  # a searched vector, not a rule
+    params = {"short_factor": [1.0] * (D // 2), "long_factor": lam.tolist(), "factor": N / L}
+    saved = save_winner(obj, [_row("longrope", params, 1.0), _row("selfextend", {"group": 4, "window": 128}, 2.0)],
+                        tmp_path)
+    assert saved["form"] == "native"
+    cfg = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "longrope" and "posenc" not in cfg
+    ids = [3 + i % 250 for i in range(N - 8)]  # token ids inside the tiny vocabulary (260)
+    got = _plain_load(tmp_path / "model", ids)
+    assert got.returncode == 0, got.stderr[-2000:]
+    plain = json.loads(got.stdout.strip().splitlines()[-1])
+    assert plain["posenc"] is False and plain["rope"]["long_factor"] == pytest.approx(lam.tolist())
+    ref = extend(load(tiny, dtype=torch.float32), "longrope", **params).eval()
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor([ids])).logits[0, -1, :8]
+    torch.testing.assert_close(torch.tensor(plain["logits"]), want, rtol=1e-4, atol=1e-4)
+    back = read_rope_gguf(saved["gguf"])
+    assert back["arch"] == "llama" and back["original_context_length"] == L and back["head_dim"] == D
+    assert back["factor"] == pytest.approx(N / L) and back["rope_theta"] == pytest.approx(10000.0)
+    np.testing.assert_allclose(back["long_factor"], lam, rtol=1e-6)
+    assert back["short_factor"] == [1.0] * (D // 2)
+    assert back["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(N / L) / math.log(L)), rel=1e-6)
+
+
+def test_engine_winner_is_saved_as_posencs_extension_with_the_reason(tiny, tmp_path):
+    from posenc.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells")
+    rows = [_row("selfextend", {"group": 4, "window": 128}, 1.0), _row("yarn", {"factor": 2.0}, 1.5)]
+    saved = save_winner(obj, rows, tmp_path)
+    assert saved["form"] == "engine" and saved["gguf"] is None
+    assert "yarn" in saved["reason"] and "1.500" in saved["reason"] and "1.000" in saved["reason"]
+    assert _plain_load(tmp_path / "model", [1, 2, 3]).returncode != 0  # plain transformers refuses the wrapper
+    none = save_winner(obj, [_row("none", {}, 1.0)], tmp_path / "n")
+    assert none["form"] == "none" and not (tmp_path / "n" / "model").exists()
+
+
+def test_gguf_rope_keys_for_yarn_and_refusals(tmp_path):
+    cfg = {"hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 1024,
+           "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 5e5,
+                               "original_max_position_embeddings": 256}}
+    back = read_rope_gguf(write_rope_gguf(tmp_path / "y.gguf", cfg))
+    assert (back["scaling_type"], back["factor"], back["original_context_length"], back["context_length"]) == \
+        ("yarn", 4.0, 256, 1024)
+    assert back["long_factor"] is None and back["rope_theta"] == pytest.approx(5e5)
+    with pytest.raises(ValueError, match="rope_type must be one of"):
+        write_rope_gguf(tmp_path / "d.gguf", {**cfg, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})
+
+
+def test_cli_tune_runs_and_prints_the_winner(tiny, tmp_path):
+    from posenc.cli import main
+
+    code = main(["tune", str(tiny), "--length", str(N), "--out", str(tmp_path), "--budget", "3", "--search", "yarn",
+                 "--no-longrope", "--context", "passkey:0", "--target", "32", "--quiet"])
+    assert code == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["meta"]["budget_forwards"] == 3 and len(res["rows"]) == 3
+    assert {r["method"] for r in res["rows"]} == {"none", "yarn"}
+    assert main(["tune", str(tiny), "--length", str(N), "--out", str(tmp_path / "b"), "--budget", "0"]) == 2
