@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from posenc.lab.atomic import atomic_write_text
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -112,8 +114,7 @@ def write_json(name: str, payload: dict, out_dir: Path | str | None = None) -> P
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
     payload = {"benchmark": name, "machine": machine_info(), **payload}
-    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str))
-    return path
+    return atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False, default=str))
 
 
 def cli(name: str, run, argv=None) -> int:

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks.common import RESULTS, machine_info, write_json
+from posenc.lab.atomic import atomic_write_text
 
 MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation")
 
@@ -73,7 +74,7 @@ def run_all(quick: bool = False, out=None, only=None) -> dict:
         write_json(name, res, out)
         results[name] = res
         print(f"[perf] {name} done in {res['wall_s']:.0f}s", flush=True)
-    (out / "perf.md").write_text(render_markdown(results, quick))
+    atomic_write_text(out / "perf.md", render_markdown(results, quick))
     print(f"[perf] wrote {out / 'perf.md'}")
     return results
 

@@ -16,9 +16,15 @@ def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1):
 
 
 def save_png(fig, path, dpi: int, *, make_dirs: bool = False) -> Path:
-    """Write ``fig`` to ``path`` at ``dpi``; with ``make_dirs`` the missing folders are created."""
+    """Write ``fig`` to ``path`` at ``dpi``, atomically (rendered in memory first: a full disk or a kill leaves
+    the old PNG or none, never a truncated one); with ``make_dirs`` the missing folders are created."""
+    import io
+
+    from posenc._atomic import atomic_write_bytes
+
     path = Path(path)
-    if make_dirs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    return path
+    if not make_dirs and not path.parent.is_dir():
+        raise FileNotFoundError(f"could not write {path}: folder {path.parent} does not exist")
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    return atomic_write_bytes(path, buf.getvalue())

@@ -86,7 +86,11 @@ def as_positions(positions, batch: int | None = None, seq: int | None = None,
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
     if batch is not None and positions.shape[0] not in (1, batch):
-        raise ValueError(f"positions has batch {positions.shape[0]}, expected 1 or {batch}")
+        shape = tuple(positions.shape)
+        hint = ("; a [seq, n_axes] tensor such as grid_positions(...) is for a scheme with a multi-axis part "
+                "(rope_2d, rope_mixed, mrope)" if seq is not None and shape[0] == seq else "")
+        raise ValueError(f"positions must be [seq] or [batch, seq] with batch {'1' if batch == 1 else f'1 or {batch}'}"
+                         f"{'' if seq is None else f' and seq {seq}'}, got shape {shape}{hint}")
     if seq is not None and positions.shape[1] != seq:
         raise ValueError(f"positions has length {positions.shape[1]}, expected {seq}")
     if batch is not None and positions.shape[0] == 1 and batch > 1:

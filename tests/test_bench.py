@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 import posenc.lab.train
 from posenc.lab import bench
+from posenc.lab.checkpoint import load_model, read_train_state
+from posenc.lab.interrupt import Interrupted
+from posenc.lab.lock import FolderInUseError, FolderLock
 from posenc.lab.recall import probe_distances
 from posenc.lab.records import RETRIEVAL_KEYS, RetrievalRecord
 from posenc.lab.report import REQUIRED_KEYS
 
+ROOT = Path(__file__).resolve().parents[1]
 TEXT = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate. "
         "Rough winds do shake the darling buds of May, and summer's lease hath all too short a date.\n")
 
@@ -191,3 +202,124 @@ def test_scheme_entries_carry_preset_parameters():
         name, params = bench.scheme_spec(entry)
         scheme = PositionScheme.preset(name, train_len=64, **params)
         assert scheme.layers is None or len(scheme.layers) <= bench.PRESETS["hybrid"].n_layers
+
+
+# ------------------------------------------------------------------ interrupted benches resume, one bench per folder
+class SignalAt:
+    """Counts calls; delivers ``sig`` to this process once, at call ``at`` (a real signal, handled by the
+    bench's handler like a Ctrl-C from the terminal)."""
+
+    def __init__(self, at: int, sig=signal.SIGINT):
+        self.at, self.sig, self.calls, self.fired = at, sig, 0, False
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls == self.at and not self.fired:
+            self.fired = True
+            os.kill(os.getpid(), self.sig)
+
+
+def test_sigint_during_training_saves_and_the_resume_does_not_retrain_finished_steps(tiny, monkeypatch):
+    tmp_path, calls = tiny
+    preset = replace(bench.PRESETS["tiny"], steps=20, schemes=("rope",), rope_methods=())
+    steps = SignalAt(7)
+    real_loss = posenc.lab.train._batch_loss
+
+    def loss(fwd, tokens, cfg, step, *a, **kw):
+        steps()
+        return real_loss(fwd, tokens, cfg, step, *a, **kw)
+
+    monkeypatch.setattr(posenc.lab.train, "_batch_loss", loss)
+    out = tmp_path / "stopped"
+    with pytest.raises(Interrupted, match=r"interrupted by SIGINT at step 7 of 20: saved a checkpoint in .*rope"):
+        bench.run_bench(preset, out, progress=False)
+    assert read_train_state(out / "runs" / "rope")["step"] == 7 and not (out / "results.json").exists()
+    steps.calls = 0
+    resumed = bench.run_bench(preset, out, progress=False)
+    assert steps.calls == 20 - 7  # steps 1-7 are not trained again
+    steps.calls = 0
+    full = bench.run_bench(preset, tmp_path / "whole", progress=False)
+    assert steps.calls == 20
+    a, b = load_model(out / "runs" / "rope").state_dict(), load_model(tmp_path / "whole" / "runs" / "rope").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the resumed model is the uninterrupted one, bit for bit
+    assert resumed["records"] == full["records"] and resumed["retrieval"] == full["retrieval"]
+    assert resumed["meta"]["cells"] == {"reused": 0, "computed": 2 + 2}  # 2 lengths x (ppl, recall)
+
+
+def test_sigterm_during_evaluation_keeps_finished_cells_and_the_resume_computes_only_the_rest(tiny, monkeypatch):
+    tmp_path, _ = tiny
+    done = SignalAt(3, signal.SIGTERM)
+    real = bench._evaluate
+
+    def evaluate(*a, **kw):
+        done()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bench, "_evaluate", evaluate)
+    out = tmp_path / "out"
+    with pytest.raises(Interrupted, match=r"interrupted by SIGTERM during the evaluation of rope: 5 finished "
+                                          r"evaluation cell\(s\) are kept") as exc:
+        bench.run_bench("tiny", out, progress=False)
+    assert exc.value.exit_status == 143
+    # sinusoidal: ppl x2, recall x2; rope: the signal arrives while its first ppl cell runs, which is kept
+    assert done.calls == 3
+    done.calls = 0
+    resumed = bench.run_bench("tiny", out, progress=False)
+    assert done.calls == 1 and resumed["meta"]["cells"] == {"reused": 5, "computed": 3}
+    whole = bench.run_bench("tiny", tmp_path / "whole", progress=False)
+    assert resumed["records"] == whole["records"] and resumed["retrieval"] == whole["retrieval"]
+
+
+def test_one_bench_per_output_folder(tiny):
+    tmp_path, calls = tiny
+    out = tmp_path / "busy"
+    with FolderLock(out, what="bench"):  # another process would hold it the same way
+        with pytest.raises(FolderInUseError, match=r"bench folder .*busy.* is in use by another posenc process"):
+            bench.run_bench("tiny", out, progress=False)
+    assert calls == [] and not (out / "results.json").exists()
+
+
+BENCH_CHILD = """
+import sys
+from dataclasses import replace
+from posenc.cli import main
+from posenc.lab import bench
+bench.PRESETS["slow"] = bench.BenchPreset("slow", "test", corpus=sys.argv[1], dim=16, n_layers=1, n_heads=2,
+                                          train_len=16, steps=100000, batch_size=2, warmup=1, val_batches=1,
+                                          eval_factors=(1,), schemes=("rope",), rope_methods=(), recall_batch=0)
+sys.exit(main(["bench", "--preset", "slow", "--out", sys.argv[2]]))
+"""
+
+
+def test_cli_bench_on_sigint_prints_one_line_and_exits_130(tiny):
+    tmp_path, _ = tiny
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "cli"
+    proc = subprocess.Popen([sys.executable, "-c", BENCH_CHILD, bench.PRESETS["tiny"].corpus, str(out)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # the bench's progress lines
+            if "train rope: 100000 steps" in line:
+                break
+        time.sleep(2)  # inside the training loop
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and re.fullmatch(
+        r"posenc: interrupted by SIGINT at step \d+ of 100000: saved a checkpoint in .*rope; run the same command "
+        r"again to resume from it", last), err[-2000:]
+    assert 0 < read_train_state(out / "runs" / "rope")["step"] < 100000
+
+
+def test_a_rerun_removes_the_temp_files_of_a_killed_one(tiny):
+    tmp_path, _ = tiny
+    out = tmp_path / "out"
+    (out / "cells").mkdir(parents=True)
+    stale = [out / ".results.json.k1.tmp", out / ".ppl_vs_length.png.k2.tmp", out / "cells" / ".0123abcd.json.k3.tmp"]
+    for p in stale:
+        p.write_text("partial")
+    bench.run_bench("tiny", out, progress=False)
+    assert not any(p.exists() for p in stale) and not list(out.rglob("*.tmp"))

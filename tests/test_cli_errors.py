@@ -82,7 +82,6 @@ CASES = [
     (["eval", NO], "is not a posenc checkpoint folder"),
     (["eval"], "give a checkpoint folder"),
     # plot
-    (["plot", "decay", "--out", "/nonexistent/dir/x.png"], "out folder '/nonexistent/dir' does not exist"),
     (["plot", "decay", "--out", "/tmp/x.jpg"], "out must be a .png file"),
     (["plot", "rotations", "--out", "/tmp/x.png", "--head-dim", "0"], "head-dim must be an integer >= 2"),
     # generate / bench
@@ -92,6 +91,9 @@ CASES = [
     (["generate", NO, "--prompt", "hi", "--param", "x"], "--param expects KEY=VALUE"),
     (["bench", "--out", NO, "--device", "bogus"], "device must be a torch device"),
     (["bench", "--out", NO, "--threads", "0"], "threads must be an integer >= 1, got 0"),
+    # compat: an empty list is a mistake, not "every family"
+    (["compat", "--families", ""], "--families must name at least one transformers family"),
+    (["compat", "--families", " , "], "--families must name at least one transformers family"),
 ]
 
 
@@ -133,6 +135,12 @@ def test_generate_on_a_real_checkpoint_still_works(run_dir, capsys):
 def test_eval_on_a_real_checkpoint_refuses_bad_values(run_dir, extra, match, capsys):
     rc, err = run_cli(["eval", run_dir, *extra], capsys)
     assert_one_line_error(rc, err, match)
+
+
+def test_train_with_a_missing_corpus_writes_nothing(tmp_path, capsys):
+    rc, err = run_cli(["train", "--out", tmp_path / "a" / "run", "--corpus", tmp_path / "no.txt", "--steps", "1"], capsys)
+    assert_one_line_error(rc, err, "corpus must be one of")
+    assert not (tmp_path / "a").exists()
 
 
 def test_train_with_a_mistyped_scheme_json_is_refused(tmp_path, capsys):
@@ -207,3 +215,61 @@ def test_real_plot_command_creates_no_folder(tmp_path):
     res = _posenc("plot", "decay", "--out", tmp_path / "x" / "y" / "d.png", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--methods", "rerope", "--factor", "2"], "parameter(s) ['factor'] are taken by none of the methods ['rerope']"),
+    (["--factor", "2"], "method parameters ['factor'] were given but no method takes them"),
+    (["--methods", "yarn", "--param", "bogus=1"], "parameter(s) ['bogus'] are taken by none of the methods"),
+    (["--methods", "yarn", "--factor", "0.5"], "yarn.factor must be >= 1.0, got 0.5"),
+])
+def test_eval_flags_no_method_takes_are_refused_not_ignored(run_dir, extra, match, capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    rc, err = run_cli(["eval", run_dir, "--corpus", text, "--lengths", "32", *extra], capsys)
+    if "0.5" in extra:  # a value out of range: the record says why (the run itself is fine)
+        assert rc == 0
+        return
+    assert_one_line_error(rc, err, match)
+
+
+def test_eval_factor_is_used_and_printed(run_dir, capsys, tmp_path):
+    """`posenc eval RUN --methods yarn --factor 2` evaluates YaRN with factor 2 at every length (it recorded the
+    per-length default 4.0 before) and the table shows the parameters each row used."""
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / "r.json"
+    rc = cli.main(["eval", str(run_dir), "--corpus", str(text), "--lengths", "32", "64", "--methods", "yarn",
+                   "rerope", "--factor", "2", "--json", str(out), "--quiet"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    records = json.loads(out.read_text())
+    yarn = [r for r in records if r["method"] == "yarn"]
+    assert [r["params"]["factor"] for r in yarn] == [2.0, 2.0]  # not the length default 4.0 at 64 = 4L
+    assert [r["params"] for r in records if r["method"] == "rerope"] == [{"window": 8}, {"window": 8}]
+    lines = [ln for ln in printed.splitlines() if ln.split()[:2] in (["rope", "yarn"], ["rope", "rerope"])]
+    assert len(lines) == 4 and all(("factor=2 " in ln) == (" yarn " in ln) for ln in lines)
+    assert all("window=8" in ln for ln in lines if " rerope " in ln)
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_status_130(monkeypatch, capsys):
+    import posenc.cli.schemes as schemes
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schemes, "run", interrupted)
+    monkeypatch.setattr(cli, "build_parser", _parser_with(schemes, interrupted))
+    assert cli.main(["schemes"]) == 130
+    assert capsys.readouterr().err.strip() == "posenc: interrupted"
+
+
+def _parser_with(module, func):
+    real = cli.build_parser
+
+    def build(names=None):
+        parser = real(names)
+        parser.set_defaults(func=func)
+        return parser
+
+    return build

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -186,3 +187,118 @@ def test_cli_bad_input(case, tmp_path, gpt2_dir, llama_dir, capsys):
     rc, err = _cli(capsys, *args)
     assert rc != 0 and word in err
     assert not out.exists()
+
+
+# ============================================================ round 3: no silent NoPE, no silent unextended save
+X = torch.randint(1, 128, (1, 100), generator=torch.Generator().manual_seed(2))  # beyond the trained 64
+
+
+def _logits(model, x=X):
+    with torch.no_grad():
+        return model(x).logits
+
+
+@pytest.mark.parametrize("switch", ["sdpa", "eager", "config_eager"])
+def test_switching_the_attention_implementation_raises_instead_of_running_nope(switch):
+    model = hf.extend(_llama(), "rerope", window=16)
+    ext = _logits(model)
+    if switch == "config_eager":
+        model.config._attn_implementation = "eager"
+    else:
+        model.set_attn_implementation(switch)
+    impl = "eager" if switch == "config_eager" else switch
+    with pytest.raises(ValueError, match=rf"extended by posenc with method 'rerope' \(params \{{'window': 16\}}\).*"
+                                         rf"now '{impl}'.*no position information.*set_attn_implementation\('posenc'\)"
+                                         rf".*posenc.hf.unextend\(model\)"):
+        model(X)
+    with pytest.raises(ValueError, match="no position information"):
+        model.generate(X[:, :8], max_new_tokens=2, do_sample=False)
+    model.set_attn_implementation("posenc")
+    assert torch.equal(_logits(model), ext)  # switching back restores it
+
+
+def test_unextend_gives_the_plain_model_back_and_it_can_be_extended_again():
+    plain = _logits(_llama())
+    model = hf.extend(_llama(), "rerope", window=16)
+    hf.unextend(model)
+    assert model.config._attn_implementation != "posenc" and not getattr(model.config, "posenc", None)
+    torch.testing.assert_close(_logits(model), plain, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="not extended by posenc"):
+        hf.unextend(model)
+    yarn = hf.extend(model, "yarn", factor=4.0)  # a native method after the engine one
+    assert yarn.config.max_position_embeddings == 256
+    hf.unextend(yarn)
+    assert yarn.config.max_position_embeddings == 64 and yarn.config.rope_parameters["rope_type"] == "default"
+    torch.testing.assert_close(_logits(yarn), plain, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("method, params, max_pos", [
+    ("yarn", {"factor": 4.0}, 256), ("llama3", {"factor": 2.0}, 128), ("pi", {"factor": 2.0}, 128),
+    ("dynamic", {"factor": 4.0}, 64),  # transformers' dynamic NTK reads max_position_embeddings as the trained length
+])
+def test_native_methods_write_rope_parameters_and_max_position_embeddings(method, params, max_pos, tmp_path):
+    model = hf.extend(_llama(), method, **params)
+    assert model.config.max_position_embeddings == max_pos and hf.train_len_of(model.config) == 64
+    hf.save(model, tmp_path / method)
+    cfg = json.loads((tmp_path / method / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == max_pos and cfg["rope_parameters"]["factor"] == params["factor"]
+    assert "posenc" not in cfg and "auto_map" not in cfg
+    plain = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / method, attn_implementation="eager").eval()
+    assert hf.train_len_of(plain.config) == 64  # the trained length stays readable after the round trip
+    torch.testing.assert_close(_logits(plain), _logits(model), rtol=1e-5, atol=1e-5)
+
+
+def test_engine_methods_save_in_a_form_plain_transformers_refuses_and_custom_code_loads(tmp_path):
+    from posenc.hf.saved import CODE_FILE, MODEL_TYPE
+
+    model = hf.extend(_llama(), "rerope+logn", window=16)
+    out = hf.save(model, tmp_path / "rerope")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == MODEL_TYPE and cfg["posenc"]["method"] == "rerope+logn"
+    assert cfg["base_config"]["model_type"] == "llama" and (out / CODE_FILE).is_file()
+    for kw in ({}, {"trust_remote_code": False}):  # plain transformers: refused, never loaded unextended
+        with pytest.raises(ValueError, match="(?s)contains custom code which must be executed.*trust_remote_code=True"):
+            transformers.AutoModelForCausalLM.from_pretrained(out, **kw)
+    want = _logits(model)
+    for loaded in (hf.load(out), transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)):
+        assert loaded.config.posenc["method"] == "rerope+logn"
+        torch.testing.assert_close(_logits(loaded.eval()), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_earlier_save_format_still_loads(tmp_path):
+    """A config with the posenc section inside the model's own config (posenc before this format) loads extended."""
+    model = hf.extend(_llama(), "rerope", window=16)
+    out = hf.save(model, tmp_path / "old")
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg["base_config"], "posenc": cfg["posenc"]}))
+    torch.testing.assert_close(_logits(hf.load(out)), _logits(model), rtol=1e-5, atol=1e-5)
+
+
+def test_cli_extend_prints_how_to_load_the_result(tmp_path, capsys):
+    from posenc.cli import main
+
+    _llama().save_pretrained(tmp_path / "base")
+    assert main(["extend", "--model", str(tmp_path / "base"), "--method", "rerope", "--window", "16",
+                 "--save", str(tmp_path / "e")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "posenc.hf.load(" in out["load"] and "trust_remote_code=True" in out["load"]
+    assert main(["extend", "--model", str(tmp_path / "base"), "--method", "yarn", "--factor", "4",
+                 "--save", str(tmp_path / "n")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["max_position_embeddings"] == 256 and "trust_remote_code" not in out["load"]
+
+
+def test_save_and_export_into_an_existing_file_are_refused(tmp_path):
+    from posenc.hf.export import export
+    from posenc.models.tinylm import LMConfig, TinyLM
+    from posenc.scheme.core import PositionScheme
+
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a folder"):
+        hf.save(hf.extend(_llama(), "rerope", window=16), target)
+    tiny = TinyLM(LMConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, train_len=16,
+                           scheme=PositionScheme.preset("rope", train_len=16)))
+    with pytest.raises(ValueError, match="out_dir .*file' exists and is not a folder"):
+        export(tiny, target)
+    assert target.read_text() == "x"

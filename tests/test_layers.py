@@ -16,7 +16,7 @@ ARGPARSE_USE = re.compile(r"\bargparse\b|\.add_argument\(|\.add_parser\(|\badd_s
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 # posenc/__init__.py is the public facade over all of them and is checked apart.
 LAYERS = (
-    ("posenc._util", "posenc._figures", "posenc._version"),
+    ("posenc._util", "posenc._figures", "posenc._version", "posenc._atomic"),
     ("posenc.parts",),
     ("posenc.scheme",),
     ("posenc.engine",),

@@ -74,3 +74,18 @@ def test_acquire_waits_for_a_holder_that_lets_go(tmp_path):
     p.wait()
     with FolderLock(tmp_path).acquire(wait=5):
         pass
+
+
+def test_tidy_removes_only_a_folder_it_created_and_left_empty(tmp_path):
+    new = tmp_path / "a" / "run"
+    with FolderLock(new, tidy=True):
+        assert (new / LOCK_NAME).exists()
+    assert not new.exists()  # nothing was written: no empty folder is left behind
+    with FolderLock(new, tidy=True):
+        (new / "model.safetensors").write_bytes(b"x")
+    assert sorted(p.name for p in new.iterdir()) == [LOCK_NAME, "model.safetensors"]
+    old = tmp_path / "existing"
+    old.mkdir()
+    with FolderLock(old, tidy=True):
+        pass
+    assert old.is_dir()  # not created by the lock: kept

@@ -52,6 +52,7 @@ def test_short_greedy_generation_is_fluent_english(smol):
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,params", [("selfextend", {"window": 64, "group": 4}),
                                            ("rerope", {"window": 64}),
                                            ("dca", {"chunk": 96, "local": 16}),
@@ -161,6 +162,7 @@ def test_tokenizer_and_source_errors_are_clear(tmp_path):
         load_tokenizer(tmp_path / "notok")
 
 
+@pytest.mark.slow
 def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, monkeypatch):
     """The cached plain folder holds exactly the de-quantized GGUF weights; a conversion that fails leaves no
     folder behind (the next call converts again)."""
@@ -178,3 +180,51 @@ def test_gguf_conversion_is_cached_and_equals_the_direct_load(smol, tmp_path, mo
     with pytest.raises(RuntimeError, match="disk full"):
         source.gguf_folder(bundled_gguf("smollm2"), cache_dir=tmp_path)
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".convert")] == []
+
+
+@pytest.mark.slow
+def test_lm_evaluation_harness_runs_on_an_extended_model(smol, monkeypatch):
+    """An extended model is an ordinary transformers model: lm-evaluation-harness's HFLM wrapper (offline, given
+    the model object) scores it, and its log-likelihood equals the one read off the model's own logits."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    _, tok = smol
+    model = _fresh("rerope", window=64)  # active: the context is ~300 tokens
+    context = " ".join(["The grass is green. The sky is blue. The pass key is 4721."] * 14) + " The pass key is"
+    lm = HFLM(pretrained=model, tokenizer=tok, batch_size=1, max_length=2048)
+    (ll, greedy), = lm.loglikelihood([Instance("loglikelihood", {}, (context, " 4721"), 0)])
+    ctx_ids = tok(context).input_ids
+    cont_ids = tok(context + " 4721").input_ids[len(ctx_ids):]
+    ids = torch.tensor([ctx_ids + cont_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, len(ctx_ids) - 1:-1].float(), -1)
+    mine = float(logp[torch.arange(len(cont_ids)), torch.tensor(cont_ids)].sum())
+    assert abs(ll - mine) < 1e-3 and greedy == bool((logp.argmax(-1) == torch.tensor(cont_ids)).all())
+    (text,) = lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."], "max_gen_toks": 6,
+                                                                            "do_sample": False}), 0)])
+    assert "4721" in text
+
+
+def test_cli_extend_and_eval_take_the_gguf_model(tmp_path, capsys):
+    """`posenc extend --model smollm2` saves the extended model with its tokenizer and chat template;
+    `posenc eval --hf-model <file.gguf>` scores text with the model's own tokenizer."""
+    import json
+
+    from posenc.cli import main
+
+    assert main(["extend", "--model", "smollm2", "--method", "yarn", "--factor", "2", "--save",
+                 str(tmp_path / "yarn")]) == 0
+    saved = tmp_path / "yarn"
+    assert (saved / "chat_template.jinja").is_file() and (saved / "tokenizer.json").is_file()
+    assert json.loads((saved / "config.json").read_text())["rope_parameters"]["rope_type"] == "yarn"
+    assert load_tokenizer(saved).chat_template == load_tokenizer("smollm2").chat_template
+    (tmp_path / "t.txt").write_text("The grass is green. The sky is blue. The sun is yellow. " * 40)
+    capsys.readouterr()
+    assert main(["eval", "--hf-model", str(bundled_gguf("smollm2")), "--text", str(tmp_path / "t.txt"),
+                 "--lengths", "64", "128", "--methods", "none", "--max-windows", "1", "--target", "16",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [r["tokens"] for r in rows] == [16, 16] and all(1 < r["ppl"] < 20 for r in rows)  # repeated text

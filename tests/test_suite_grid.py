@@ -9,6 +9,7 @@ import transformers
 
 from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
 from posenc.hf.suite import grid as grid_mod
+from posenc.hf.suite import spec as spec_mod
 from posenc.lab.cells import CellStore
 from posenc.lab.lock import FolderInUseError, FolderLock
 from posenc.lab.records import EvalRecord, RetrievalRecord
@@ -105,14 +106,14 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
     """With prune_from, a method runs at a length only if its retrieval at the previous length reached the
     threshold; the reason is recorded."""
     preset = _preset(tiny, prune_from=2048)
-    m = grid_mod._load(preset.model)
+    m = spec_mod.load_facts(preset.model)
     store = CellStore(tmp_path)
 
     def put(method, n, right):
-        params = grid_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+        params = spec_mod.method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
         for spec in preset.contexts:
-            store.put(grid_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
-                      {"answers": [{"correct": right}] * 2})
+            store.put(spec_mod.cell_key(m.model_id, method, params, n, spec, 0, False),
+                      {"answers": [{"correct": right, "kind": "passkey", "chance": 0.0}] * 2})
 
     put("none", 1024, True)
     put("selfextend", 1024, True)
@@ -128,7 +129,8 @@ def test_presets_are_valid_and_documented():
     from posenc.hf.suite.presets import SUITE_PRESETS
 
     short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
-    assert max(short.lengths) == 16384 and full.lengths == (4096, 8192, 16384, 32768)
+    assert short.lengths == (8192, 16384) and full.lengths == (4096, 8192, 16384, 32768)
+    assert set(short.methods) <= set(full.methods)  # a full run holds every cell of the short one
     assert full.reference_length == 8192 == short.reference_length  # SmolLM2's trained length
     wanted = {"pi", "ntk", "ntk_mixed", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "rerope", "leaky_rerope",
               "selfextend", "dca", "rerope+logn", "streaming_llm", "lm_infinite", "sliding_window"}

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from posenc.lab import checkpoint as C
+from posenc.lab.lock import LOCK_NAME
 from posenc.lab.train import TrainConfig, lr_at, param_groups, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,10 +93,10 @@ def test_kill_and_resume_is_bit_identical(corpus, tmp_path):
 def test_finished_checkpoint_is_reused(corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", steps=3)
     first = train(cfg, progress=False)
-    stamps = {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()}
+    stamps = {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir() if p.name != LOCK_NAME}
     again = train(replace(cfg, save_every=1, device="cpu"), progress=False)  # runtime-only fields may differ
     assert again["reused"] and again["history"] == first["history"] and again["val_loss"] == first["val_loss"]
-    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir()} == stamps
+    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.out_dir).iterdir() if p.name != LOCK_NAME} == stamps
     with pytest.raises(ValueError, match="different configuration.*lr"):
         train(replace(cfg, lr=1e-2), progress=False)
 
@@ -104,8 +105,8 @@ def test_checkpoint_files_and_config(corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", steps=2)
     train(cfg, progress=False)
     run = Path(cfg.out_dir)
-    assert sorted(p.name for p in run.iterdir()) == sorted(
-        ["config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])  # no temp files
+    assert sorted(p.name for p in run.iterdir()) == sorted(  # no temp files, no staging folder
+        [LOCK_NAME, "config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])
     meta = json.loads((run / "config.json").read_text())
     assert meta["dim"] == 32 and meta["scheme"]["name"] == "rope" and meta["posenc_version"]
     assert meta["extra"]["tokenizer"]["name"] == "byte" and meta["extra"]["train"]["steps"] == 2
@@ -219,3 +220,59 @@ def test_constrained_parameters_are_projected_after_each_step(corpus, tmp_path):
         b.project_()  # projecting an already projected parameter changes nothing
         for n, p in b.named_parameters():
             assert torch.equal(p.detach(), raw[n]), n
+
+
+def test_sigint_saves_the_current_step_and_the_resume_is_bit_identical(corpus, tmp_path, monkeypatch):
+    import signal
+
+    import posenc.lab.train as T
+    from posenc.lab.interrupt import Interrupted
+
+    cfg = tiny(corpus, tmp_path / "full", steps=8, save_every=0, dropout=0.1)
+    full = train(cfg, progress=False)
+    real, calls = T._batch_loss, []
+
+    def loss(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of step 5
+        return real(*a, **kw)
+
+    monkeypatch.setattr(T, "_batch_loss", loss)
+    stopped = replace(cfg, out_dir=str(tmp_path / "stopped"))
+    with pytest.raises(Interrupted, match=r"^interrupted by SIGINT at step 5 of 8: saved a checkpoint in .*stopped; "
+                                          r"run the same command again to resume from it$") as exc:
+        train(stopped, progress=False)
+    assert exc.value.exit_status == 130
+    assert C.read_train_state(stopped.out_dir)["step"] == 5  # save_every=0: this checkpoint is the signal's
+    resumed = train(stopped, progress=False)
+    assert resumed["resumed_from"] == 5 and len(calls) == 8 and resumed["history"] == full["history"]
+    a, b = params_of(cfg.out_dir), params_of(stopped.out_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cli_train_on_sigterm_prints_one_line_and_exits_143(corpus, tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "posenc", "train", "--out", str(out), "--corpus", corpus,
+                             "--dim", "32", "--n-layers", "1", "--n-heads", "2", "--train-len", "32", "--batch-size",
+                             "4", "--steps", "100000", "--save-every", "0"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = ""
+        while "train rope" not in seen:  # tqdm's bar: the loop runs
+            seen += proc.stderr.read(1)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out_text, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and out_text == "", err[-2000:]
+    last = err.strip().splitlines()[-1].split("\r")[-1]
+    assert "Traceback" not in err and last.startswith("posenc: interrupted by SIGTERM at step ") and \
+        last.endswith(f"saved a checkpoint in {out}; run the same command again to resume from it"), err[-2000:]
+    step = int(last.split("at step ")[1].split(" ")[0])
+    assert C.read_train_state(out)["step"] == step > 0

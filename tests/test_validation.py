@@ -455,7 +455,7 @@ def test_optimizer_check_for_checkpoints_without_a_class_record(run_dir):
     data = json.dumps(meta).encode()
     (run_dir / ckpt.STATE_JSON).write_bytes(data)
     cfg = json.loads((run_dir / ckpt.CONFIG_FILE).read_text())
-    cfg["checkpoint"]["files"].pop(ckpt.STATE_JSON)
+    cfg["checkpoint"]["files"][ckpt.STATE_JSON] = ckpt._digest(data)  # as such a checkpoint recorded it
     (run_dir / ckpt.CONFIG_FILE).write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"optimizer hyper-parameters .*another optimizer class"):
         ckpt.load_checkpoint(run_dir, tiny_model(), torch.optim.SGD(tiny_model().parameters(), lr=0.1))

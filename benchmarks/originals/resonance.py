@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -49,14 +50,28 @@ def input_ids() -> torch.Tensor:
     return torch.randint(0, CONFIG["vocab_size"], (1, LENGTH), generator=torch.Generator().manual_seed(7))
 
 
+def _put(path: Path, text: str) -> None:
+    """Write ``text`` atomically (a temp file in the same folder, then ``os.replace``): this script runs in the
+    original's environment, where posenc's own writer may not be importable."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def _load_original(source: Path, commit: str):
     tmp = Path(tempfile.mkdtemp()) / "scaled_rope"
     tmp.mkdir()
-    (tmp / "__init__.py").write_text("")
+    _put(tmp / "__init__.py", "")
     for f in FILES:
         text = subprocess.run(["git", "-C", str(source), "show", f"{commit}:{f}"], check=True, capture_output=True,
                               text=True).stdout
-        (tmp / Path(f).name).write_text(text)
+        _put(tmp / Path(f).name, text)
     sys.path.insert(0, str(tmp.parent))
     from scaled_rope.configuration_llama import LlamaConfig
     from scaled_rope.modeling_llama_yarn import LlamaForCausalLM
@@ -80,7 +95,7 @@ def record(source: Path, out: Path, commit: str = COMMIT) -> None:
         with torch.no_grad():
             logits = model(ids).logits[0]
         cases[name] = [[round(float(x), 6) for x in row] for row in logits]
-    out.write_text(json.dumps({"original": "sheryc/resonance_rope", "commit": commit, "files": list(FILES),
+    _put(out, json.dumps({"original": "sheryc/resonance_rope", "commit": commit, "files": list(FILES),
                                "transformers": transformers.__version__, "torch": torch.__version__,
                                "config": CONFIG, "train_len": TRAIN_LEN, "ids": input_ids()[0].tolist(),
                                "logits": cases}, indent=0) + "\n")

@@ -45,15 +45,24 @@ USER_ERRORS = (ValueError, TypeError, OSError, ModuleNotFoundError)
 
 def main(argv=None) -> int:
     """Run one subcommand. A bad value prints ``posenc: error: <message>`` (one line, no traceback) on
-    stderr and returns 2; set ``POSENC_DEBUG=1`` to get the traceback instead."""
+    stderr and returns 2; an interruption (SIGINT, or SIGTERM during ``train``/``bench``, which save first)
+    prints ``posenc: <what was saved>`` and returns 128 + the signal number. Set ``POSENC_DEBUG=1`` to get
+    the traceback instead."""
+    debug = os.environ.get("POSENC_DEBUG", "") not in ("", "0")
     try:
         return _run(argv)
     except USER_ERRORS as exc:
-        if os.environ.get("POSENC_DEBUG", "") not in ("", "0"):
+        if debug:
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__  # one line
         print(f"posenc: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C; posenc.lab.interrupt.Interrupted says what a run saved
+        if debug:
+            raise
+        message = " ".join(str(exc).split()) or "interrupted"
+        print(f"posenc: {message}", file=sys.stderr)
+        return int(getattr(exc, "exit_status", 130))
 
 
 def _run(argv) -> int:

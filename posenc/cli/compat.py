@@ -10,7 +10,7 @@ import json
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compat", help="check posenc.hf.extend on every transformers RoPE model family (tiny models)")
-    p.add_argument("--families", default="", help="comma-separated transformers families (default: every one "
+    p.add_argument("--families", default=None, help="comma-separated transformers families (default: every one "
                    "with a rotary embedding and a *ForCausalLM), e.g. llama,gemma3")
     p.add_argument("--out", default=None, help="Markdown report, e.g. benchmarks/results/hf_compat.md")
     p.add_argument("--json", default=None, help="rows and summary as JSON")
@@ -21,7 +21,12 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from posenc.hf.compat import scan, summary, write_json, write_table
 
-    families = [f.strip() for f in args.families.split(",") if f.strip()] or None
+    families = None  # every family
+    if args.families is not None:
+        families = [f.strip() for f in args.families.split(",") if f.strip()]
+        if not families:
+            raise ValueError(f"--families must name at least one transformers family (e.g. llama,gemma3), got "
+                             f"{args.families!r}; leave --families out to check every family")
     rows = scan(families, progress=not args.no_progress)
     if args.out:
         write_table(rows, args.out)

@@ -32,12 +32,12 @@ def add_parser(sub) -> None:
 
 
 def _add_hf_args(p: argparse.ArgumentParser) -> None:
-    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus`` and ``--max-windows``
-    above serve both paths)."""
+    """The options only ``--hf-model`` reads (``--lengths``, ``--methods``, ``--corpus``, ``--max-windows``
+    and the method parameters ``--param``/``--factor``/``--window`` serve both paths)."""
     p.add_argument("--hf-model", default=None, help="evaluate a Hugging Face model under posenc methods: a folder, "
                    "a .gguf file, or a bundled model (smollm2); scored with the model's own tokenizer")
     p.add_argument("--text", default=None, help="text file to score (tokenized with the model's own tokenizer)")
-    add_param(p)
+    add_param(p, "method parameter, repeatable; overrides the per-length default of every method that takes it")
     add_factor_window(p)
     p.add_argument("--target", type=int, default=None, help="--hf-model: tokens scored at the end of every window, "
                    "the same tokens at every length (default: a quarter of the shortest length)")
@@ -65,9 +65,13 @@ def _evaluate_hf(args: argparse.Namespace) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.lab.evaluate import check_eval_args, evaluate_checkpoint, format_table
+    from posenc.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
 
     check_eval_args(args.lengths or [1], (), args.mode, args.max_windows, args.batch_size)  # both paths
+    # --factor/--window/--param: honoured on both paths (they override the per-length defaults), or refused
+    # here when no method takes them; never dropped
+    params = params_from_args(args)
+    check_method_params(args.methods or ["none"], params, hf=bool(args.hf_model))
     if args.hf_model:
         records = _evaluate_hf(args)
     else:
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         records = evaluate_checkpoint(args.checkpoint, args.corpus, args.lengths or (), args.methods,
                                       split=args.split, mode=args.mode, max_windows=args.max_windows,
                                       batch_size=args.batch_size, passkey=args.passkey, progress=not args.quiet,
-                                      device=args.device)
+                                      device=args.device, params=params)
     print(format_table(records))
     if args.report:
         _write_report(args, records)
@@ -94,8 +98,9 @@ def _write_report(args: argparse.Namespace, records: list[dict]) -> None:
 
     results = {"meta": {"command": "posenc eval", "source": args.hf_model or args.checkpoint,
                         "lengths": args.lengths, "methods": args.methods}, "records": records}
+    from posenc.lab.atomic import atomic_write_json
+
     out = Path(args.report)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    atomic_write_json(out / "results.json", results, indent=1)
     paths = write_report(results, out)
     print(f"report: {paths['html']}")

@@ -1,5 +1,7 @@
 """``posenc extend``: load a Hugging Face model, apply a posenc method (:func:`posenc.hf.extend`) and save it
-(:func:`posenc.hf.save`) with its tokenizer files."""
+(:func:`posenc.hf.save`) with its tokenizer files. It prints how to load the result: a method transformers
+implements loads with plain transformers; any other one is saved in the form of :mod:`posenc.hf.saved`
+(``posenc.hf.load``, or ``from_pretrained(..., trust_remote_code=True)``; plain ``from_pretrained`` refuses)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,14 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = None  # a model without a tokenizer of its own is saved without one
     out = save(model, args.save, tokenizer=tokenizer)  # the tokenizer's files, chat template included
     cfg = json.loads((out / "config.json").read_text())
+    if cfg.get("posenc"):  # posenc's engine: the wrapper that plain transformers refuses (posenc.hf.saved)
+        how = (f"posenc.hf.load({str(out)!r}), or transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}, "
+               f"trust_remote_code=True) with posenc installed; plain from_pretrained refuses it, and runtimes "
+               f"without posenc (vLLM, llama.cpp) cannot serve this method")
+    else:
+        how = (f"transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}): transformers' own rope_parameters, "
+               f"max_position_embeddings {cfg.get('max_position_embeddings')}")
     print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
-                      "posenc": cfg.get("posenc")}))
+                      "max_position_embeddings": cfg.get("max_position_embeddings"), "posenc": cfg.get("posenc"),
+                      "load": how}))
     return 0

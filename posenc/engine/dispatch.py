@@ -183,8 +183,27 @@ def _sinks_reason(backend: Backend, call: AttentionCall) -> str | None:
     return None
 
 
+def _dtype_reason(backend: Backend, call: AttentionCall) -> str | None:
+    if call.q.dtype in backend.dtypes:
+        return None
+    return f"it does not run {call.q.dtype} (it runs {', '.join(str(d).split('.')[-1] for d in backend.dtypes)})"
+
+
+def check_dtype(impl: str, dtype: torch.dtype) -> None:
+    """A backend named by ``impl`` that does not run ``dtype`` is refused (``TypeError`` naming the backends
+    that do); ``impl="auto"`` passes such backends over instead."""
+    if impl == "auto" or dtype in BY_NAME[impl].dtypes:
+        return
+    able = [b.name for b in BACKENDS if dtype in b.dtypes]
+    raise TypeError(f"impl={impl!r} does not run {dtype} inputs (it runs "
+                    f"{', '.join(str(d) for d in BY_NAME[impl].dtypes)}); {dtype} runs on impl={able} "
+                    f"or impl='auto', or convert the inputs")
+
+
 def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, list[tuple[str, str]]]:
-    """The backend ``impl`` runs for ``call``, and ``(name, reason)`` for each rule passed over first."""
+    """The backend ``impl`` runs for ``call``, and ``(name, reason)`` for each rule passed over first.
+    A named backend that does not run the call's dtype is refused (:func:`check_dtype`)."""
+    check_dtype(impl, call.q.dtype)
     rules = AUTO_ORDER if impl == "auto" else (Rule(impl), *FALLBACKS[impl])
     declined = []
     route = None
@@ -193,7 +212,8 @@ def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, li
         if rule.prefer is not None:
             route = route or size_route(call)
             why = rule.prefer(call, route)
-        why = why or _sinks_reason(BY_NAME[rule.backend], call) or BY_NAME[rule.backend].why_not(call)
+        backend = BY_NAME[rule.backend]
+        why = why or _dtype_reason(backend, call) or _sinks_reason(backend, call) or backend.why_not(call)
         if why is None:
             return BY_NAME[rule.backend], declined
         declined.append((rule.backend, why))
@@ -280,6 +300,11 @@ def _check_sink_logits(sink_logits, H: int, device) -> torch.Tensor | None:
                         f"{getattr(sink_logits, 'dtype', type(sink_logits).__name__)}")
     if tuple(sink_logits.shape) != (H,):
         raise ValueError(f"sink_logits must have shape [heads] = ({H},), got {tuple(sink_logits.shape)}")
+    bad = torch.isnan(sink_logits) | torch.isposinf(sink_logits)  # NaN/+inf would make every row NaN
+    if bool(bad.any()):
+        heads = bad.nonzero().flatten().tolist()
+        raise ValueError(f"sink_logits must be finite, or -inf for a sink that takes no weight; got "
+                         f"{[float(sink_logits[h]) for h in heads[:4]]} at head(s) {heads[:4]}")
     return sink_logits.to(device)
 
 
@@ -304,12 +329,17 @@ def _check_gates(parts: AttentionParts, gates, q_shape, k_shape):
 def _axes(parts: AttentionParts, pos, B: int, N: int, device):
     """``(axes [B or 1,N,A], None)`` for ``[B,N,A]`` positions of a multi-axis scheme (token order then
     gives the mask positions: the default ones), else ``(None, pos)``."""
-    if pos is None or torch.as_tensor(pos).dim() != 3:
+    from posenc.parts.multiaxis import as_axis_positions, is_axis_positions
+
+    if pos is None:
         return None, pos
     if parts.multiaxis is None:
-        raise ValueError(f"positions of shape {tuple(torch.as_tensor(pos).shape)} (multi-axis) need a scheme with a "
-                         f"multiaxis part; this scheme takes [seq] or [batch, seq]")
-    from posenc.parts.multiaxis import as_axis_positions
+        if torch.as_tensor(pos).dim() == 3:
+            raise ValueError(f"positions of shape {tuple(torch.as_tensor(pos).shape)} (multi-axis) need a scheme with "
+                             f"a multiaxis part; this scheme takes [seq] or [batch, seq]")
+        return None, pos
+    if not is_axis_positions(pos, parts.multiaxis.n_axes, B, N):
+        return None, pos
 
     return as_axis_positions(pos, parts.multiaxis.n_axes, B, N, device), None
 

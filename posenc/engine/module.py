@@ -8,6 +8,7 @@ import torch.nn as nn
 from posenc._util import as_positions, check_positive_int
 from posenc.engine.dispatch import run_attention
 from posenc.engine.parts import AttentionParts
+from posenc.parts.multiaxis import is_axis_positions
 from posenc.scheme.core import PositionScheme
 
 
@@ -82,9 +83,17 @@ class PositionalAttention(nn.Module):
         padding tokens of x."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be a [batch, tokens, {self.dim}] tensor, got {getattr(x, 'shape', type(x))}")
+        own = self.q_proj.weight.dtype
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor of the layer's dtype {own} (hidden states, not "
+                            f"token ids), got {x.dtype}")
+        if x.dtype != own:
+            raise TypeError(f"x must have the layer's dtype {own}, got {x.dtype}: convert the input (x.to({own})) "
+                            f"or the layer (layer.to({x.dtype}))")
         B, N, _ = x.shape
         axes = None  # multi-axis coordinates [B,N,A]: attention reads them, the mask reads token order
-        if self.parts.multiaxis is not None and positions is not None and torch.as_tensor(positions).dim() == 3:
+        if self.parts.multiaxis is not None and positions is not None and is_axis_positions(
+                positions, self.parts.multiaxis.n_axes, B, N):  # [B,N,A], or [N,A] as grid_positions gives
             if cache is not None or context is not None:
                 raise ValueError("[batch, seq, n_axes] positions work without a cache or context; decode with "
                                  "[batch, seq] positions (the same coordinate on every axis)")

@@ -54,31 +54,32 @@ def _inv(call: AttentionCall, branch: Branch) -> tuple[torch.Tensor, tuple]:
     return call.parts.inv_freq64(call.freqs, branch.freq_scale, call.q.device)
 
 
-def _table(inv: torch.Tensor, values: tuple, need: int) -> RopeAngleCache | None:
-    """The shared float32 cos/sin table of ``inv`` (``values``: its entries) holding positions
-    ``0 .. need-1`` (None past :data:`TABLE_MAX_POSITION`)."""
+def _table(inv: torch.Tensor, values: tuple, need: int, dtype: torch.dtype = torch.float32) -> RopeAngleCache | None:
+    """The shared ``dtype`` (float32, or float64 for float64 inputs) cos/sin table of ``inv`` (``values``: its
+    entries) holding positions ``0 .. need-1`` (None past :data:`TABLE_MAX_POSITION`)."""
     if need > TABLE_MAX_POSITION:
         return None
-    key = (str(inv.device), values)
+    key = (str(inv.device), values, dtype)
     table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) >= _MAX_TABLES:
             _TABLES.pop(next(iter(_TABLES)))
-        table = _TABLES[key] = RopeAngleCache(inv, max_position=max(need, 1))
+        table = _TABLES[key] = RopeAngleCache(inv, max_position=max(need, 1), dtype=dtype)
     elif need > table.capacity:
         table._build(min(TABLE_MAX_POSITION, max(need, 2 * table.capacity)))
     return table
 
 
-def cos_sin(pos: torch.Tensor, inv: torch.Tensor, values: tuple, static: bool, run_start: int | None = None):
-    """``(cos, sin)`` float32 ``[B or 1,1,N,R/2]`` at integer positions ``pos [B,N]`` for float64 ``inv``
+def cos_sin(pos: torch.Tensor, inv: torch.Tensor, values: tuple, static: bool, run_start: int | None = None,
+            dtype: torch.dtype = torch.float32):
+    """``(cos, sin)`` of ``dtype`` ``[B or 1,1,N,R/2]`` at integer positions ``pos [B,N]`` for float64 ``inv``
     (``values``: its entries, :func:`_inv`). ``run_start``: every row of ``pos`` is
     ``run_start .. run_start+N-1`` (then the table rows are a view). ``static``: the frequencies serve many
     calls (a table is worth building); else computed directly."""
     N = pos.shape[-1]
     if static and N:
         need = run_start + N if run_start is not None else int(pos.max()) + 1
-        table = _table(inv, values, need)
+        table = _table(inv, values, need, dtype)
         if table is not None:
             if run_start is not None:  # rows run_start .. run_start+N-1 of the table: a view
                 rows = slice(run_start, run_start + N)
@@ -87,7 +88,7 @@ def cos_sin(pos: torch.Tensor, inv: torch.Tensor, values: tuple, static: bool, r
             return c.unsqueeze(1), s.unsqueeze(1)
     if run_start is not None:
         pos = torch.arange(run_start, run_start + N, device=pos.device)[None]
-    return rope_cos_sin(pos, inv, dtype=torch.float32)
+    return rope_cos_sin(pos, inv, dtype=dtype)
 
 
 def _wide(x: torch.Tensor) -> torch.dtype:
@@ -122,7 +123,7 @@ def rotate_keys(call: AttentionCall, branch: Branch, lo: int = 0, hi: int | None
         kpr = kpr if kpr is not None else call.k_pos[:, lo:hi]
         kr = apply_rope(k, kpr, inv, layout=rope.layout, rotary_dim=parts.rotary_dim)
         return kr / xpos_scale(kpr, k.shape[-1], rope.xpos_scale_base, layout=rope.layout).to(k.dtype)
-    c, s = cos_sin(kpr if kpr is not None else call.k_pos[:, lo:hi], inv, values, not parts.dynamic, run)
+    c, s = cos_sin(kpr if kpr is not None else call.k_pos[:, lo:hi], inv, values, not parts.dynamic, run, _wide(k))
     return apply_rope_cos_sin(k, c, s, rope.layout, parts.rotary_dim)
 
 

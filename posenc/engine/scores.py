@@ -102,13 +102,14 @@ def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scal
     if parts.relative is not None:
         scores = parts.relative.logits(scores, allowed, q, k, q_pos, k_pos, q_scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
+    wide = torch.promote_types(scores.dtype, torch.float32)  # fp32 softmax for 16-bit inputs; float64 stays float64
     if sink_logits is not None:
-        sink = sink_logits.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [B,H,Nq,1]
-        probs = torch.softmax(torch.cat((scores.float(), sink), dim=-1), dim=-1)[..., :-1]
+        sink = sink_logits.to(wide).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # [B,H,Nq,1]
+        probs = torch.softmax(torch.cat((scores.to(wide), sink), dim=-1), dim=-1)[..., :-1]
     else:
-        probs = torch.softmax(scores.float(), dim=-1)
-    if sink_logits is None and not bool(allowed.any(dim=-1).all()):
-        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key -> 0 output
+        probs = torch.softmax(scores.to(wide), dim=-1)
+    if not bool(allowed.any(dim=-1).all()):
+        probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key (and a -inf sink) -> 0 output
     probs = probs.to(v.dtype)
     out = probs @ v
     if parts.relative is not None:

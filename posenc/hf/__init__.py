@@ -13,7 +13,8 @@ from posenc.hf.patch import (
     save,
     scheme_from_config,
     train_len_of,
+    unextend,
 )
 
 __all__ = ["HF_NATIVE", "evaluate_hf", "export", "extend", "layer_window", "load", "posenc_scheme", "save",
-           "scheme_from_config", "train_len_of"]
+           "scheme_from_config", "train_len_of", "unextend"]

@@ -7,6 +7,8 @@
 - :func:`identity_rotation`, a forward hook on every rotary embedding module: the identity rotation, so
   q and k reach attention (and the HF cache) un-rotated. ``(cos, sin)`` tuples become ``(1, 0)``; a complex
   ``freqs_cis`` tensor (Llama 4, DeepSeek V2: ``view_as_complex`` over adjacent pairs) becomes ``1 + 0j``.
+  :func:`guarded_identity_rotation` (what ``extend`` installs) first refuses a forward whose attention
+  implementation is no longer ``"posenc"`` (the model would otherwise silently run without positions).
 """
 
 from __future__ import annotations
@@ -208,6 +210,32 @@ def identity_rotation(module, args, output):
         return torch.ones_like(output)
     cos, sin = output
     return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def guarded_identity_rotation(configs, record: dict):
+    """:func:`identity_rotation` that first checks, on every forward, that the extended attention layers
+    still call the attention function ``"posenc"`` (their ``configs``' ``_attn_implementation``).
+
+    Why: q and k reach attention un-rotated, and only posenc's attention function rotates them. After
+    ``model.set_attn_implementation("sdpa")`` (or ``config._attn_implementation = "eager"``) transformers'
+    own attention would run the model with no position information at all (NoPE), silently. Instead the
+    forward raises a ``ValueError`` naming the method (``record``: the model's ``config.posenc``) and how to
+    switch back or undo the extension."""
+
+    def hook(module, args, output):
+        for cfg in configs:
+            impl = getattr(cfg, "_attn_implementation", ATTN_NAME)
+            if impl != ATTN_NAME:
+                raise ValueError(
+                    f"this model is extended by posenc with method {record.get('method')!r} "
+                    f"(params {record.get('params')}), which runs in the attention function {ATTN_NAME!r}; its "
+                    f"attention implementation is now {impl!r}, which would run it with no position information "
+                    f"(q and k reach attention un-rotated). Switch back with model.set_attn_implementation("
+                    f"{ATTN_NAME!r}), or undo the extension with posenc.hf.unextend(model) (or load the model "
+                    f"afresh) to use {impl!r}")
+        return identity_rotation(module, args, output)
+
+    return hook
 
 
 _REGISTERED = False

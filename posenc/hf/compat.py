@@ -245,7 +245,11 @@ def scan(families=None, *, progress: bool = True, seed: int = 0) -> list[dict]:
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
 
+    if isinstance(families, str):  # "llama,gemma3" is two families, not eleven letters
+        families = [f.strip() for f in families.split(",") if f.strip()]
     names = rope_families() if families is None else list(families)
+    if families is not None and not names:
+        raise ValueError("families must name at least one transformers family (None checks every family)")
     unknown = [f for f in names if not (_models_dir() / f / f"modeling_{f}.py").is_file()]
     if unknown:
         raise ValueError(f"unknown transformers model families {unknown}")
@@ -315,20 +319,18 @@ def table_markdown(rows: list[dict]) -> str:
 
 
 def write_table(rows: list[dict], path) -> Path:
-    """Write :func:`table_markdown` of ``rows`` to ``path`` (folders created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table_markdown(rows), encoding="utf-8")
-    return path
+    """Write :func:`table_markdown` of ``rows`` to ``path`` atomically (folders created); returns the path."""
+    from posenc.lab.atomic import atomic_write_text
+
+    return atomic_write_text(path, table_markdown(rows))
 
 
 def write_json(rows: list[dict], path) -> Path:
-    """``{"versions", "summary", "rows"}`` as JSON at ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"versions": _versions(), "summary": summary(rows), "rows": rows}, indent=1) + "\n",
-                    encoding="utf-8")
-    return path
+    """``{"versions", "summary", "rows"}`` as JSON at ``path``, written atomically."""
+    from posenc.lab.atomic import atomic_write_text
+
+    return atomic_write_text(path, json.dumps({"versions": _versions(), "summary": summary(rows), "rows": rows},
+                                              indent=1) + "\n")
 
 
 # ----------------------------------------------------------------------------- real configs, shrunk

@@ -24,19 +24,26 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from posenc.lab.evaluate import check_method_params, method_params
 from posenc.lab.records import EvalRecord
 from posenc.scheme.methods import parse_methods
 
-__all__ = ["evaluate_hf", "target_losses"]
+__all__ = ["evaluate_hf", "target_losses", "window_ends"]
 
 
-def _params_for(method: str, params: dict) -> dict:
-    """The subset of ``params`` the parts of ``method`` accept (HF-native names take all)."""
+def _used_params(model, method: str, given: dict) -> dict:
+    """The parameters ``extend`` applied: the model's own ``rope_parameters`` for a method transformers runs
+    (one schedule for all layers), else the given ones with the defaults the methods write in."""
+    from posenc.hf.patch import train_len_of
+
     methods = parse_methods(method, hf=True)
-    if len(methods) == 1 and methods[0].hf_native:
-        return dict(params)
-    accepted = {k for m in methods for k in m.param_names}
-    return {k: v for k, v in params.items() if k in accepted}
+    rp = getattr(model.config, "rope_parameters", None)
+    if len(methods) == 1 and methods[0].hf_native and isinstance(rp, dict) and "rope_type" in rp:
+        return {k: v for k, v in rp.items() if k not in ("rope_theta", "rope_type")}
+    defaults: dict = {}
+    for m in methods:
+        defaults.update({k: v for k, v in m.filled_defaults(train_len_of(model.config)).items() if v is not None})
+    return {**defaults, **given}
 
 
 def _check_tokenizer(tokenizer, own) -> object:
@@ -116,8 +123,9 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     """One :class:`~posenc.lab.records.EvalRecord` row per (method, length) (module docstring): ``scheme`` is the
     model_type, ``params`` the method's parameters as applied, ``passkey`` the pass-key accuracy over
     ``passkey_depths`` (default: a random depth per trial) x ``passkey_trials`` (None when 0). ``target``: scored
-    tokens per window (default a quarter of the shortest length). A method that cannot apply (``ValueError``) gives
-    records with ``status="error"`` and the message in ``note``."""
+    tokens per window (default a quarter of the shortest length). ``params`` go to each method that accepts them;
+    one that no method accepts is a ``ValueError`` (it would be ignored). A method that cannot apply
+    (``ValueError``) gives records with ``status="error"`` and the message in ``note``."""
     from posenc.hf.patch import extend, load, train_len_of
     from posenc.hf.source import load_tokenizer, source_folder
 
@@ -135,6 +143,7 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     if not 1 <= target <= min(lengths):
         raise ValueError(f"target must be in [1, {min(lengths)}] (the shortest length), got {target}")
     ends = window_ends(len(tokens), max(lengths), int(max_windows or 4))
+    check_method_params(methods, params, hf=True)
     passkey = None
     if passkey_trials:
         def passkey(model, n):
@@ -147,9 +156,10 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
-            applied = _params_for(method, dict(params or {}))
-            extend(model, method, **applied)
-            base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config), params=applied)
+            given = method_params(method, params, hf=True)
+            extend(model, method, **given)
+            base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config),
+                                params=_used_params(model, method, given))
             if device is not None:
                 model.to(device)
         except ValueError as exc:

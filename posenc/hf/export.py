@@ -401,6 +401,10 @@ def export(model_or_run_dir, out_dir, *, tokenizer=None) -> Path:
     with the same logits (see the module docstring for the mapping and what is refused). ``tokenizer``:
     written next to it (:func:`hf_tokenizer`); None takes a run folder's own tokenizer and writes none for a
     model. Returns ``out_dir``."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # save_pretrained would log an error and write nothing
+        raise ValueError(f"export: out_dir {str(out)!r} exists and is not a folder; give a folder to write the "
+                         f"Llama model into")
     if isinstance(model_or_run_dir, (str, os.PathLike)):
         from posenc.lab.checkpoint import load_run
 
@@ -415,8 +419,9 @@ def export(model_or_run_dir, out_dir, *, tokenizer=None) -> Path:
             raise ValueError(f"the tokenizer has {len(hf_tok)} tokens but the model only {model.cfg.vocab_size}")
         bos = hf_tok.bos_token_id
         llama.config.bos_token_id = llama.generation_config.bos_token_id = bos
-    out = Path(out_dir)
     llama.save_pretrained(out)
+    if not (out / "config.json").is_file():
+        raise ValueError(f"export: transformers wrote no config.json into {str(out)!r}")
     if hf_tok is not None:
         hf_tok.save_pretrained(out)
     return out

@@ -16,8 +16,10 @@ The per-layer rules and the refused families are in :mod:`posenc.hf.layers`; the
 Two paths:
 
 *transformers' own* (``linear``/``pi``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``): the method is
-written into ``config.rope_parameters`` (transformers 5.x) and every rotary embedding module is rebuilt
-from it, so the behaviour is exactly transformers' (and a saved model loads with plain transformers).
+written into ``config.rope_parameters`` (transformers 5.x), ``max_position_embeddings`` becomes the trained
+length x ``factor`` (not for dynamic NTK, which transformers reads it as the trained length for), and every
+rotary embedding module is rebuilt from it, so the behaviour is exactly transformers' (and a saved model
+loads with plain transformers, vLLM, or a llama.cpp conversion).
 
 *posenc's engine* (every other method: ntk, ntk_mixed, dynamic_ntk, dynamic_ntk_qwen, dynamic_yarn,
 rerope, leaky_rerope, selfextend, logn, sliding_window, lm_infinite, streaming_llm, bca, pcw, "a+b"
@@ -30,7 +32,11 @@ combinations, and the methods above with ``native=False``). What is replaced in 
    stale-base dynamic NTK (cached keys keep the base they were rotated with; here they never are).
 2. an attention function ``"posenc"`` is registered with ``transformers.AttentionInterface`` and
    selected with ``model.set_attn_implementation("posenc")``; it calls
-   :func:`posenc.engine.run_attention` with an ``AttentionParts`` built once per layer.
+   :func:`posenc.engine.run_attention` with an ``AttentionParts`` built once per layer. Switching an
+   extended model to another implementation (``set_attn_implementation("sdpa")``,
+   ``config._attn_implementation = "eager"``) would run it with un-rotated q and k, i.e. without positions:
+   the rotary hook checks the implementation on every forward and raises a ``ValueError`` naming the method,
+   how to switch back and :func:`unextend`, which removes the extension.
 3. a mask function ``"posenc"`` is registered with ``transformers.AttentionMaskInterface``: instead of
    a 4-D float mask it hands the attention function the *original position of every key*
    (``[B, Nk]`` long, ``-1`` for padding), counted over the real tokens of the 2-D attention mask
@@ -44,6 +50,9 @@ the tighter of the two windows applies, and attention sinks (streaming_llm, lm_i
 method window are evicted by HF's sliding cache layer during cached decoding; attention dropout is
 ignored (inference-time methods).
 
+:func:`save` writes a model extended on posenc's engine in a form plain transformers refuses and its
+custom-code mechanism loads extended (:mod:`posenc.hf.saved`); :func:`load` reads both forms.
+
 The scheme is built from the config (:func:`scheme_from_config`): ``rope_parameters`` (``rope_theta``,
 ``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``, an existing scaling), half layout (interleaved for
 complex rotary), and ``original_max_position_embeddings`` or ``max_position_embeddings`` as ``train_len``
@@ -55,11 +64,12 @@ as transformers' ``cos * factor, sin * factor`` does.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from pathlib import Path
 
 from posenc.hf import sparse
-from posenc.hf.attention import ATTN_NAME, identity_rotation, register
+from posenc.hf.attention import ATTN_NAME, guarded_identity_rotation, register
 from posenc.hf.layers import (
     NEGATED_LAYOUT,
     check_family,
@@ -81,7 +91,7 @@ from posenc.scheme.methods import Method, hf_methods, parse_methods, split_spec
 # (derived from the registry, posenc.scheme.methods: records with hf_native)
 HF_NATIVE = {name: m.hf_rope_type for name, m in hf_methods().items() if m.hf_native}
 __all__ = ["ATTN_NAME", "HF_NATIVE", "extend", "layer_window", "load", "posenc_scheme", "save", "scheme_from_config",
-           "train_len_of"]
+           "train_len_of", "unextend"]
 
 
 # ===================================================================== scheme from a config
@@ -213,20 +223,57 @@ def _extend_native(model, method: Method, params: dict, targets: tuple[str, ...]
                              "(a model whose layers share one rotary schedule); use native=False")
         new = _native_parameters(model.config, method, params, None)
     config = _own_config(model)
+    undo = {"rope_parameters": copy.deepcopy(old), "max_position_embeddings": config.max_position_embeddings,
+            "original_max_position_embeddings": getattr(config, "original_max_position_embeddings", None)}
+    trained = train_len_of(config)
     config.rope_parameters = new
+    config.max_position_embeddings = _extended_length(config, method, new, undo["max_position_embeddings"])
+    if config.max_position_embeddings != undo["max_position_embeddings"] and not method.hf_original_len:
+        config.original_max_position_embeddings = trained  # where the trained length stays readable (train_len_of)
     try:
-        rebuilt = []
-        for name, mod in _rotary_modules(model):
-            ref = next(iter(mod.buffers()), None)
-            new_mod = type(mod)(config)
-            rebuilt.append((name, new_mod.to(ref.device) if ref is not None else new_mod))
-    except Exception:
-        config.rope_parameters = old  # nothing was swapped yet: the model is as it was
+        _rebuild_rotary(model, config)
+    except Exception:  # nothing was swapped yet: the model is as it was
+        _restore_lengths(config, old, undo)
         raise
+    model._posenc_undo = undo
+    return model
+
+
+def _extended_length(config, method: Method, new: dict, current):
+    """``max_position_embeddings`` after a native frequency schedule: the trained length x ``factor`` (the
+    largest over the layer types), so that runtimes that read it (vLLM, transformers' generation limits) serve
+    the extended length; never lowered. A dynamic schedule keeps it: transformers' dynamic NTK reads
+    ``max_position_embeddings`` as the trained length."""
+    if method.dynamic or not current:
+        return current
+    dicts = [v for v in new.values() if isinstance(v, dict)] if is_nested(config) else [new]
+    factors = [float(d["factor"]) for d in dicts if isinstance(d.get("factor"), (int, float))]
+    if not factors:
+        return current
+    return max(int(current), int(round(train_len_of(config) * max(factors))))
+
+
+def _restore_lengths(config, rope_parameters, undo: dict) -> None:
+    config.rope_parameters = rope_parameters
+    config.max_position_embeddings = undo["max_position_embeddings"]
+    if undo["original_max_position_embeddings"] is None:
+        if "original_max_position_embeddings" in vars(config):
+            del config.original_max_position_embeddings
+    else:
+        config.original_max_position_embeddings = undo["original_max_position_embeddings"]
+
+
+def _rebuild_rotary(model, config) -> None:
+    """Every rotary embedding module rebuilt from ``config`` (all built before any is swapped in), and the
+    softmax scales that depend on the rope parameters refreshed."""
+    rebuilt = []
+    for name, mod in _rotary_modules(model):
+        ref = next(iter(mod.buffers()), None)
+        new_mod = type(mod)(config)
+        rebuilt.append((name, new_mod.to(ref.device) if ref is not None else new_mod))
     for name, new_mod in rebuilt:
         _set_module(model, name, new_mod)
     _refresh_softmax_scales(model, config)
-    return model
 
 
 def _refresh_softmax_scales(model, config) -> None:
@@ -387,11 +434,15 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
         m._posenc_chunk = layer_chunk(config, m)
         m._posenc_nope = mla_nope_dims(m) if uses_rope(config, m) else 0
         m._posenc_swap_halves = state["swap_halves"]
-    model._posenc_hooks = [m.register_forward_hook(identity_rotation) for _, m in _rotary_modules(model)]
+    config.posenc = {**record, "impl": impl, "native": native}
+    # the configs the extended layers read their attention implementation from (own copies by now)
+    configs = list({id(c): c for c in (getattr(m, "config", None) for m in attn) if hasattr(c, "_attn_implementation")
+                    }.values()) or [config]
+    guard = guarded_identity_rotation(configs, config.posenc)  # a switch away from "posenc" raises, not NoPE
+    model._posenc_hooks = [m.register_forward_hook(guard) for _, m in _rotary_modules(model)]
     model._posenc_hooks += sparse.install(attn, [m for _, m in _rotary_modules(model)])  # DSA's indexer
     model._posenc_original_attn = config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)
-    config.posenc = {**record, "impl": impl, "native": native}
     model._posenc_extended = config.posenc
     return model
 
@@ -405,11 +456,45 @@ def posenc_scheme(model) -> PositionScheme | None:
     return None
 
 
+def unextend(model):
+    """Undo :func:`extend` in place (same weights): the rotary modules, the attention implementation and the
+    config are as they were before; returns the model. ``ValueError`` for a model posenc has not extended."""
+    record = getattr(model, "_posenc_extended", None)
+    if not record:
+        raise ValueError(f"{type(model).__name__} is not extended by posenc (nothing to undo)")
+    if record.get("native"):
+        undo = model._posenc_undo
+        _restore_lengths(model.config, copy.deepcopy(undo["rope_parameters"]), undo)
+        _rebuild_rotary(model, model.config)
+        del model._posenc_undo
+    else:
+        for hook in model._posenc_hooks:
+            hook.remove()
+        for m in _attention_modules(model):
+            for attr in ("_posenc", "_posenc_window", "_posenc_chunk", "_posenc_nope", "_posenc_swap_halves"):
+                if attr in vars(m):
+                    delattr(m, attr)
+        model.set_attn_implementation(model._posenc_original_attn)
+        if hasattr(model.config, "posenc"):
+            del model.config.posenc
+        del model._posenc_hooks, model._posenc_original_attn
+    model._posenc_extended = None
+    return model
+
+
 # ===================================================================== save / load
 def save(model, out, tokenizer=None) -> Path:
-    """``save_pretrained`` that writes a config plain transformers loads (its own attention), with the
-    posenc method in a ``posenc`` section that :func:`load` re-applies."""
+    """``save_pretrained`` in a form that cannot be loaded without the method (:mod:`posenc.hf.saved`):
+    a method transformers implements as a plain transformers folder (``rope_parameters`` and the extended
+    ``max_position_embeddings``); a method of posenc's engine as a ``posenc_extended`` wrapper config that
+    plain transformers refuses, and that :func:`load` or ``from_pretrained(DIR, trust_remote_code=True)``
+    load extended. ``out`` must be a folder (created) or absent. Returns ``out``."""
+    from posenc.hf.saved import CODE_FILE, CUSTOM_CODE, wrap_config
+    from posenc.lab.atomic import atomic_write_json, atomic_write_text
+
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"save: {str(out)!r} exists and is not a folder; give a folder to write the model into")
     orig = getattr(model, "_posenc_original_attn", None)
     if orig is not None:
         model.config._attn_implementation = orig
@@ -418,24 +503,45 @@ def save(model, out, tokenizer=None) -> Path:
     finally:
         if orig is not None:
             model.config._attn_implementation = ATTN_NAME
+    if getattr(model.config, "posenc", None):  # posenc's engine: the wrapper, and its loader code
+        config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+        atomic_write_text(out / CODE_FILE, CUSTOM_CODE)
+        atomic_write_json(out / "config.json", wrap_config(config), indent=2)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
 
 
 def load(path, **kwargs):
-    """Load a model dir with transformers and re-apply its ``posenc`` config section, if any."""
+    """Load a model dir with transformers and re-apply its posenc method: a ``posenc_extended`` wrapper
+    written by :func:`save`, or a plain config with a ``posenc`` section (posenc's earlier format)."""
     from transformers import AutoModelForCausalLM
 
-    if not (Path(path) / "config.json").is_file():
+    from posenc.hf.saved import is_wrapped, unwrap_config
+
+    cfg_path = Path(path) / "config.json"
+    if not cfg_path.is_file():
         raise ValueError(f"model dir {str(path)!r} has no config.json (expected a folder written by save_pretrained)")
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{cfg_path} is not valid JSON ({exc})") from None
+    spec = None
+    if is_wrapped(raw):
+        from transformers import CONFIG_MAPPING
+
+        base, spec = unwrap_config(raw)
+        if base["model_type"] not in CONFIG_MAPPING:
+            raise ValueError(f"{cfg_path}: model type {base['model_type']!r} is not in this transformers")
+        kwargs["config"] = CONFIG_MAPPING[base["model_type"]].from_dict(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as exc:
         raise ValueError(f"could not load the model in {str(path)!r}: {exc}") from exc
-    spec = getattr(model.config, "posenc", None)
-    if spec:
+    if spec is None and getattr(model.config, "posenc", None):
+        spec = model.config.posenc
         del model.config.posenc
+    if spec:
         extend(model, spec["method"], native=spec.get("native"), impl=spec.get("impl", "auto"),
                layer_types=spec.get("layer_types"), **spec.get("params", {}))
     return model.eval()

@@ -6,11 +6,16 @@ Su's hierarchical extension of the learned table), a passkey grid, the eval wind
 fine-tune rows (PI / RoPE-base change continued from the RoPE checkpoint at ``2L``).
 
 :func:`run_bench` trains each scheme into ``runs_dir/<scheme>`` (a finished checkpoint is reused, so a
-second run only evaluates), evaluates every model at every length on the test split
+second run only evaluates; an unfinished one resumes from its last checkpoint, saved every tenth of the
+steps and on SIGINT/SIGTERM), evaluates every model at every length on the test split
 (:func:`posenc.lab.evaluate.evaluate_model`), writes ``results.json`` = ``{"meta": {...}, "records": [...]}``
-and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.lab.report`), and prints the Markdown
-table. The protocol is the one of ALiBi (arXiv:2108.12409, Table 2: non-overlapping windows, every
-position counts) with Su's next-token accuracy next to perplexity (ReRoPE post, kexue.fm/archives/9708).
+and the report (``report.md``, ``report.html``, PNGs; :mod:`posenc.lab.report`; every file written
+atomically), and prints the Markdown table. Each (model, length, probe) evaluation is a cell kept in
+``out_dir/cells/`` (:class:`posenc.lab.cells.CellStore`), so an interrupted bench (Ctrl-C or SIGTERM: it
+stops after the current step or cell, saves, and says so in one line) continues where it stopped. One bench
+writes ``out_dir`` at a time (:class:`posenc.lab.lock.FolderLock`). The protocol is the one of ALiBi
+(arXiv:2108.12409, Table 2: non-overlapping windows, every position counts) with Su's next-token accuracy
+next to perplexity (ReRoPE post, kexue.fm/archives/9708).
 
 Command line (:mod:`posenc.cli.bench`):
 ``posenc bench --preset quick --out DIR [--corpus NAME] [--device cpu] [--runs-dir DIR]``.
@@ -18,7 +23,6 @@ Command line (:mod:`posenc.cli.bench`):
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -26,6 +30,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from posenc._util import check_device, check_positive_int
+from posenc.lab.atomic import atomic_write_json, remove_stale_temps
+from posenc.lab.bench_cells import BenchCells, save_every, train_or_reuse
+from posenc.lab.interrupt import StopSignals
+from posenc.lab.lock import FolderLock
 from posenc.lab.records import EvalRecord, RetrievalRecord
 from posenc.lab.report import markdown_tables, shape_checks, write_report
 from posenc.lab.report_retrieval import ppl_vs_retrieval_table, retrieval_checks
@@ -196,7 +204,7 @@ def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, 
                        n_heads=preset.n_heads, train_len=train_len or preset.train_len,
                        batch_size=preset.batch_size, steps=steps, lr=preset.lr, min_lr=min(preset.lr, 1e-4),
                        warmup=min(preset.warmup, steps // 5), seed=preset.seed, init=init, device=device,
-                       save_every=0, eval_batches=preset.val_batches, recall_batch=preset.recall_batch,
+                       save_every=save_every(steps), eval_batches=preset.val_batches, recall_batch=preset.recall_batch,
                        recall_weight=preset.recall_weight, recall_pairs=preset.recall_pairs)
 
 
@@ -207,25 +215,13 @@ def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> 
     return dict(summary or {})
 
 
-def _finished(run_dir: Path) -> bool:
-    """A committed checkpoint whose train_state says finished."""
-    from posenc.lab.checkpoint import STATE_JSON, has_checkpoint
-
-    if not has_checkpoint(run_dir):
-        return False
-    try:
-        state = json.loads((run_dir / STATE_JSON).read_text()).get("train_state", {})
-    except (OSError, json.JSONDecodeError):
-        return False
-    return bool(state.get("finished", False))
-
-
-def _evaluate(model, tokens, preset: BenchPreset, methods, log) -> list[dict]:
-    """``evaluate_model`` one length at a time (one progress line each; no record is computed twice)."""
+def _evaluate(model, tokens, preset: BenchPreset, methods, log, lengths=None) -> list[dict]:
+    """``evaluate_model`` one length at a time (one progress line each; no record is computed twice);
+    ``lengths``: those of ``preset.eval_lengths`` to run (default: all)."""
     from posenc.lab.evaluate import evaluate_model
 
     records = []
-    for n in preset.eval_lengths:
+    for n in preset.eval_lengths if lengths is None else lengths:
         t = time.perf_counter()
         records += evaluate_model(model, tokens, [n], [m for m in methods if not is_identity(m)],
                                   mode=preset.eval_mode, max_windows=preset.max_windows,
@@ -284,16 +280,16 @@ def _passkey_records(name: str, train_len: int, pk: dict) -> list[RetrievalRecor
             for (method, length), cs in pk.items() for c in cs]
 
 
-def _recall(model, preset: BenchPreset, methods, tokens, name: str, log) -> list[RetrievalRecord]:
+def _recall(model, preset: BenchPreset, methods, tokens, name: str, log, lengths=None) -> list[RetrievalRecord]:
     """The recall probe (:mod:`posenc.lab.recall`) of every method on ``model`` at every
-    ``recall_lengths`` x :func:`~posenc.lab.recall.probe_distances` cell, ``recall_trials`` sequences each
-    (the same sequences for every method)."""
+    ``recall_lengths`` (or ``lengths``) x :func:`~posenc.lab.recall.probe_distances` cell, ``recall_trials``
+    sequences each (the same sequences for every method)."""
     from posenc.lab.recall import RecallSpec, probe_distances, recall_probe, score_recall
 
     spec = RecallSpec(pairs=preset.recall_pairs)
     L = preset.train_len
     out: list[RetrievalRecord] = []
-    for n in preset.recall_lengths:
+    for n in preset.recall_lengths if lengths is None else lengths:
         t = time.perf_counter()
         probes = [recall_probe(tokens, n, d, preset.recall_trials, preset.seed, spec) for d in probe_distances(L, n)]
         for method, m, params in _variants(model, methods, n):
@@ -351,7 +347,8 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _run(preset, Path(out_dir), progress, device, runs_dir)
+        with FolderLock(out_dir, what="bench", tidy=True), StopSignals() as stop:  # one bench per folder; Ctrl-C saves
+            return _run(preset, Path(out_dir), progress, device, runs_dir, stop)
     finally:
         torch.set_num_threads(old_threads)
 
@@ -363,11 +360,9 @@ def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool,
         name, params = scheme_spec(scheme)
         run_dir = runs_dir / scheme.replace(":", "-").replace(",", "-").replace("=", "")
         t = time.perf_counter()
-        if _finished(run_dir):
-            log(f"train {scheme}: reusing {run_dir}")
-        else:
-            log(f"train {scheme}: {preset.steps} steps x {preset.batch_size} x {preset.train_len}")
-            _train(preset, name, run_dir, device, progress, scheme_params=params)
+        train_or_reuse(f"train {scheme}", f"{preset.steps} steps x {preset.batch_size} x {preset.train_len}",
+                       run_dir, preset.steps, log, _train, preset, name, run_dir, device, progress,
+                       scheme_params=params)
         timings[f"train/{scheme}"] = time.perf_counter() - t
         run_dirs[scheme] = run_dir
         log(f"train {scheme}: done in {timings[f'train/{scheme}']:.1f}s")
@@ -384,25 +379,34 @@ def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path]
             continue
         run_dir = runs_dir / ft.name
         t = time.perf_counter()
-        if _finished(run_dir):
-            log(f"fine-tune {ft.name}: reusing {run_dir}")
-        else:
-            ft_len = ft.len_factor * preset.train_len
-            log(f"fine-tune {ft.name}: {ft.method} {ft.params} from {run_dirs[ft.base]}, {ft.steps} steps at "
-                f"{ft_len}")
-            _train(preset, ft.method, run_dir, device, progress, steps=ft.steps, train_len=ft_len,
-                   init=str(run_dirs[ft.base]), scheme_params=ft.params)
+        ft_len = ft.len_factor * preset.train_len
+        train_or_reuse(f"fine-tune {ft.name}",
+                       f"{ft.method} {ft.params} from {run_dirs[ft.base]}, {ft.steps} steps at {ft_len}",
+                       run_dir, ft.steps, log, _train, preset, ft.method, run_dir, device, progress,
+                       steps=ft.steps, train_len=ft_len, init=str(run_dirs[ft.base]), scheme_params=ft.params)
         timings[f"finetune/{ft.name}"] = time.perf_counter() - t
         ft_dirs[ft.name] = run_dir
     return ft_dirs
 
 
-def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
-                  log, timings) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
-    """Every model (trained schemes with their methods, fine-tunes as they are) at every length: the
-    perplexity records and the retrieval records."""
-    from posenc.lab.checkpoint import load_model
+def _ppl_cell(load, tokens, preset: BenchPreset, methods, log, n: int) -> list[dict]:
+    return _evaluate(load(), tokens, preset, methods, log, lengths=[n])
 
+
+def _passkey_cell(load, preset: BenchPreset, methods, tokenizer) -> list[list]:
+    return [[m, n, cells] for (m, n), cells in _passkey(load(), preset, methods, tokenizer).items()]
+
+
+def _recall_cell(load, preset: BenchPreset, methods, tokens, name: str, log, n: int) -> list[dict]:
+    return [r.to_dict() for r in _recall(load(), preset, methods, tokens, name, log, lengths=[n])]
+
+
+def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
+                  log, timings, cells) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
+    """Every model (trained schemes with their methods, fine-tunes as they are) at every length: the
+    perplexity records and the retrieval records, each (model, length, probe) a cell of ``cells``
+    (:class:`~posenc.lab.bench_cells.BenchCells`): finished cells of an interrupted run are read back, not
+    computed again."""
     records: list[EvalRecord] = []
     retrieval: list[RetrievalRecord] = []
     models = [(scheme, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, run_dir in run_dirs.items()]
@@ -410,24 +414,31 @@ def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs:
     for name, run_dir, methods in models:
         t = time.perf_counter()
         log(f"eval {name}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
-        model = load_model(run_dir, device=device)
-        recs = _evaluate(model, data.test, preset, methods, log)
+        model = cells.model(name, run_dir, methods)  # loaded on first use
+        recs = []
+        for n in preset.eval_lengths:
+            recs += cells.get("ppl", n, _ppl_cell, model, data.test, preset, methods, log, n)
         timings[f"eval/{name}"] = time.perf_counter() - t
         t = time.perf_counter()
-        pk = _passkey(model, preset, methods, data.tokenizer) if preset.passkey_lengths else {}
+        pk_rows = cells.get("passkey", None, _passkey_cell, model, preset, methods, data.tokenizer) \
+            if preset.passkey_lengths else []
+        pk = {(m, n): c for m, n, c in pk_rows}
         retrieval += _passkey_records(name, preset.train_len, pk)
-        retrieval += _recall(model, preset, methods, data.test, name, log)
+        for n in preset.recall_lengths:
+            rows = cells.get("recall", n, _recall_cell, model, preset, methods, data.test, name, log, n)
+            retrieval += [RetrievalRecord.from_dict(r) for r in rows]
         timings[f"retrieval/{name}"] = time.perf_counter() - t
         records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk) for r in recs]
         log(f"eval {name}: done in {timings[f'eval/{name}']:.1f}s (+ retrieval {timings[f'retrieval/{name}']:.1f}s)")
     return records, retrieval
 
 
-def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir) -> dict:
+def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_dir, stop) -> dict:
     from posenc.lab.data import prepare
 
     runs_dir = Path(runs_dir) if runs_dir is not None else out_dir / "runs"
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out_dir)  # of results, reports and PNGs a killed run was writing (we hold the lock)
     log = _Log(progress)
     timings: dict[str, float] = {}
     machine = _machine(device)
@@ -439,10 +450,14 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
     timings["prepare"] = time.perf_counter() - t
     log(f"data ready ({len(data.train)} train / {len(data.test)} test tokens, "
         f"{'cached' if data.from_cache else 'built'})")
+    stop.check("nothing was trained yet")
 
     run_dirs = _train_all(preset, runs_dir, device, progress, log, timings)
     ft_dirs = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings)
-    records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings)
+    cells = BenchCells(out_dir / "cells", preset, data, device, stop)
+    records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings, cells)
+    if cells.reused:
+        log(f"reused {cells.reused} finished evaluation cell(s) of an earlier run from {cells.store.folder}")
     tokens = data.test
 
     timings["total"] = log.elapsed()
@@ -450,12 +465,13 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
     results = {"meta": {"preset": preset.name, "corpus": preset.corpus, "tokenizer": preset.tokenizer,
                         "machine": machine, "timings": {k: round(v, 2) for k, v in timings.items()},
                         "config": preset.to_dict(), "runs_dir": str(runs_dir),
+                        "cells": {"reused": cells.reused, "computed": cells.computed},
                         "eval_split": "test", "eval_tokens": int(len(tokens)),
                         "passkey": "tasks.passkey_grid without the instruction sentence, teacher-forced exact match",
                         "recall": "posenc.lab.recall: key-value recall in test-split text, exact match on the final "
                                   "query"},
                "records": _clean(records), "retrieval": [r.to_dict() for r in retrieval]}
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    atomic_write_json(out_dir / "results.json", results, indent=1, default=str)
     paths = write_report(results, out_dir)
     log(f"wrote {out_dir / 'results.json'}, {paths['markdown'].name}, {paths['html'].name}")
     if progress:

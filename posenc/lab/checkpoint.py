@@ -8,12 +8,25 @@ A run directory holds::
     config.json               LMConfig.to_dict() + posenc version + ``extra`` (corpus, tokenizer, train
                               config) + ``checkpoint``: size and sha256 of every file above
 
-Commit protocol: every file of a new checkpoint is first written completely to a temp file in the same
-folder (fsynced); only then are the temp files moved over the old ones with ``os.replace``, and
-``config.json`` last. ``config.json`` is the commit marker: it names the exact size and sha256 of the
-files it commits to, so a torn or truncated file is detected on load and reported as a ``ValueError``
-naming the file, and loading never deletes or rewrites anything. The previous checkpoint stays intact
-until the new one is complete on disk. ``torch.load`` is never used.
+Commit protocol (:func:`_commit`), atomic as a whole: a kill at any instant leaves either the previous or
+the new checkpoint loadable, never a mix.
+
+1. Every file of the new checkpoint is written completely (fsynced temp file, then ``os.replace``) into
+   the staging folder ``.pending/``, ``config.json`` last. Until ``.pending/config.json`` exists, the
+   folder's own files are the previous checkpoint, untouched.
+2. ``.pending/config.json`` is the commit point: from then on the new checkpoint is the one that counts.
+   Its files are moved into the run folder one ``os.replace`` at a time, ``config.json`` last; each file
+   of the new checkpoint is always in exactly one of ``.pending/`` and the run folder.
+3. ``.pending/`` is removed.
+
+A reader (:func:`checkpoint_files`) takes ``.pending/config.json`` when it exists, each of its files from
+``.pending/`` if still there, else from the run folder; otherwise the run folder's ``config.json``. The
+config names the exact size and sha256 of the files it commits to, so a torn or foreign file is reported
+as a ``ValueError`` naming it, and loading never deletes or rewrites anything. The writer (the process
+holding the folder's :class:`~posenc.lab.lock.FolderLock`) finishes an interrupted commit and removes the
+temp files a killed save left behind (:func:`recover`) before it writes again. A ``config.json`` that
+parses but is damaged (``"checkpoint": null``, ``"files": []``, ``"extra": 3``) is a ``ValueError`` naming
+the file, as is a full disk while saving (the previous checkpoint stays). ``torch.load`` is never used.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from posenc._version import __version__
-from posenc.lab.atomic import write_temp
+from posenc.lab.atomic import fsync_dir, remove_stale_temps, write_temp
 from posenc.models.tinylm import LMConfig, TinyLM
 
 FORMAT = "posenc-checkpoint"
@@ -38,6 +51,8 @@ MODEL_FILE = "model.safetensors"
 STATE_FILE = "train_state.safetensors"
 STATE_JSON = "train_state.json"
 CONFIG_FILE = "config.json"
+PENDING = ".pending"  # the staging folder of a commit in progress (see the module docstring)
+_FILES = (MODEL_FILE, STATE_FILE, STATE_JSON, CONFIG_FILE)
 _LM_FIELDS = ("vocab_size", "dim", "n_layers", "n_heads", "scheme", "train_len", "mlp_ratio", "dropout",
               "n_kv_heads")
 
@@ -52,27 +67,60 @@ def _fix(path: Path, what: str) -> str:
 
 
 def _commit(folder: Path, files: dict[str, bytes]) -> None:
-    """Write all ``files`` as temp files first, then ``os.replace`` them in order (the dict's last entry,
-    the commit marker, last). Nothing existing is touched until every new file is complete."""
+    """Commit ``files`` (the dict's last entry, the commit marker ``config.json``, last) with the protocol of
+    the module docstring: staged complete in ``.pending/``, then moved into ``folder`` one by one."""
     folder.mkdir(parents=True, exist_ok=True)
-    temps: list[tuple[Path, Path]] = []
+    recover(folder)  # an earlier commit killed half-way is finished first; stale temp files go
+    stage = folder / PENDING
+    stage.mkdir(exist_ok=True)
+    for name, data in files.items():  # 1. staged; the last one (config.json) is the commit point
+        tmp = write_temp(stage, name, data)
+        os.replace(tmp, stage / name)
+    fsync_dir(stage)
+    _move_staged(folder, list(files))  # 2. and 3.
+
+
+def _move_staged(folder: Path, names: list[str]) -> None:
+    """Move the staged files into ``folder`` (``config.json`` last), then remove the staging folder."""
+    stage = folder / PENDING
+    for name in sorted(names, key=lambda n: n == CONFIG_FILE):
+        if (stage / name).exists():
+            os.replace(stage / name, folder / name)
+    for name in set(_FILES) - set(names):  # files of the previous checkpoint that the new one has not
+        (folder / name).unlink(missing_ok=True)
+    fsync_dir(folder)
+    remove_stale_temps(stage)
     try:
-        for name, data in files.items():
-            temps.append((write_temp(folder, name, data), folder / name))
-        for tmp, dest in temps:
-            os.replace(tmp, dest)
-    finally:
-        for tmp, _ in temps:
-            if tmp.exists():
-                tmp.unlink()
-    try:  # make the renames durable (best effort; not every OS can fsync a directory)
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
+        stage.rmdir()
+    except OSError:  # something that is not ours was put there: leave it
         pass
+
+
+def recover(run_dir) -> list[str]:
+    """Bring a run folder to a clean committed state; call it only while holding the folder's lock (the
+    writer does, before it saves). A commit that reached its commit point (``.pending/config.json``) is
+    finished; an earlier, incomplete staging is dropped; temp files of a killed save are removed.
+    Returns what was done, one line each (empty when the folder was clean)."""
+    folder = Path(run_dir)
+    stage = folder / PENDING
+    done: list[str] = []
+    if (stage / CONFIG_FILE).is_file():
+        names = list(_staged_config(folder).get("checkpoint", {}).get("files", {})) + [CONFIG_FILE]
+        _move_staged(folder, names)
+        done.append(f"finished the interrupted commit of {folder}")
+    elif stage.is_dir():
+        for p in stage.iterdir():
+            if p.name in _FILES or p.name.endswith(".tmp"):
+                p.unlink()
+        try:
+            stage.rmdir()
+        except OSError:
+            pass
+        done.append(f"dropped an incomplete checkpoint staged in {stage}")
+    stale = remove_stale_temps(folder, _FILES)
+    if stale:
+        done.append(f"removed {len(stale)} temp file(s) of a killed save in {folder}")
+    return done
 
 
 def _digest(data: bytes) -> dict:
@@ -174,23 +222,91 @@ def save_checkpoint(run_dir, model: TinyLM, cfg: LMConfig, train_state: dict | N
 
 # ------------------------------------------------------------------------------------------------ load
 def has_checkpoint(run_dir) -> bool:
-    """True when ``run_dir`` holds a committed checkpoint (its ``config.json`` exists)."""
-    return (Path(run_dir) / CONFIG_FILE).is_file()
+    """True when ``run_dir`` holds a committed checkpoint (its ``config.json``, or a commit past its commit
+    point in ``.pending/``)."""
+    run_dir = Path(run_dir)
+    return (run_dir / CONFIG_FILE).is_file() or (run_dir / PENDING / CONFIG_FILE).is_file()
 
 
-def read_config(run_dir) -> dict:
-    """The parsed ``config.json`` of a run; ``ValueError`` naming the file when it is missing or corrupt."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise ValueError(f"{path} does not exist: {Path(run_dir)} is not a posenc checkpoint folder "
-                         f"(expected {MODEL_FILE} + {CONFIG_FILE}, written by `posenc train`)")
+def _parse_config(path: Path) -> dict:
+    """``path`` parsed and checked: a JSON object with a model config and, when present, a well-formed
+    ``checkpoint`` section and ``extra`` object; ``ValueError`` naming the file otherwise."""
     try:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(_fix(path, f"is not valid JSON ({exc})")) from None
     if not isinstance(config, dict) or "scheme" not in config:
         raise ValueError(_fix(path, "does not hold a model config (no 'scheme' key)"))
+    if "extra" in config and not isinstance(config["extra"], dict):
+        raise ValueError(_fix(path, f"has 'extra' {config['extra']!r}, not an object"))
+    if not isinstance(config.get("extra", {}).get("train", {}), dict):
+        raise ValueError(_fix(path, "has 'extra.train' that is not an object"))
+    if "checkpoint" in config:  # absent in checkpoints of early posenc versions: no digests to check
+        ck = config["checkpoint"]
+        files = ck.get("files") if isinstance(ck, dict) else None
+        if not isinstance(files, dict) or MODEL_FILE not in files:
+            raise ValueError(_fix(path, f"has a damaged 'checkpoint' section ({ck!r}); it must be an object whose "
+                                        f"'files' maps {MODEL_FILE} (and the train-state files) to their bytes "
+                                        f"and sha256"))
+        for name, d in files.items():
+            if name not in _FILES or not isinstance(d, dict) or not isinstance(d.get("bytes"), int) \
+                    or not isinstance(d.get("sha256"), str):
+                raise ValueError(_fix(path, f"has a damaged 'checkpoint.files' entry {name!r}: {d!r}"))
     return config
+
+
+def _staged_config(run_dir: Path) -> dict:
+    return _parse_config(run_dir / PENDING / CONFIG_FILE)
+
+
+def checkpoint_files(run_dir) -> tuple[dict, dict[str, Path]]:
+    """``(config, {file name: path})`` of the checkpoint that counts in ``run_dir`` (see the module
+    docstring: a commit past its commit point is read from ``.pending/`` and the run folder together);
+    ``ValueError`` naming the file when there is none or its ``config.json`` is damaged."""
+    run_dir = Path(run_dir)
+    stage = run_dir / PENDING
+    if (stage / CONFIG_FILE).is_file():
+        config = _staged_config(run_dir)
+        return config, {n: stage / n if (stage / n).is_file() else run_dir / n for n in _committed(config, stage)}
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: {run_dir} is not a posenc checkpoint folder "
+                         f"(expected {MODEL_FILE} + {CONFIG_FILE}, written by `posenc train`)")
+    config = _parse_config(path)
+    return config, {n: run_dir / n for n in _committed(config, run_dir)}
+
+
+def _committed(config: dict, folder: Path) -> list[str]:
+    """The data files a config commits to: those its ``checkpoint`` section lists (missing ones are
+    reported when read; a file of an earlier checkpoint that the new one does not list is not part of it),
+    or, for a config of an early version without that section, the weights and whichever state files exist."""
+    files = config.get("checkpoint", {}).get("files")
+    if files is not None:
+        return [n for n in files if n != CONFIG_FILE]
+    return [MODEL_FILE] + [n for n in (STATE_FILE, STATE_JSON) if (folder / n).is_file()]
+
+
+def read_config(run_dir) -> dict:
+    """The parsed ``config.json`` of a run; ``ValueError`` naming the file when it is missing or corrupt."""
+    return checkpoint_files(run_dir)[0]
+
+
+def read_train_state(run_dir) -> dict:
+    """The ``train_state`` (step, finished, history ...) of a run's checkpoint, checked against its digest;
+    ``{}`` for a checkpoint without one (weights only)."""
+    config, paths = checkpoint_files(run_dir)
+    if STATE_JSON not in paths:
+        return {}
+    meta = _state_meta(paths, config)
+    return meta.get("train_state", {})
+
+
+def model_digest(run_dir) -> str:
+    """The sha256 of a run's ``model.safetensors`` as its ``config.json`` records it (computed for a
+    checkpoint of an early version without digests): names the exact weights, e.g. in a cell key."""
+    config, paths = checkpoint_files(run_dir)
+    recorded = config.get("checkpoint", {}).get("files", {}).get(MODEL_FILE)
+    return recorded["sha256"] if recorded else hashlib.sha256(_read_file(paths, MODEL_FILE, config)).hexdigest()
 
 
 def tokenizer_spec(config: dict) -> tuple[str, dict]:
@@ -216,8 +332,8 @@ def lm_config(config: dict) -> LMConfig:
         raise ValueError(f"config.json holds an invalid model config: {exc}") from None
 
 
-def _read_file(run_dir: Path, name: str, config: dict) -> bytes:
-    path = run_dir / name
+def _read_file(paths: dict[str, Path], name: str, config: dict) -> bytes:
+    path = paths.get(name) or paths[MODEL_FILE].parent / name
     if not path.is_file():
         raise ValueError(_fix(path, "is missing"))
     data = path.read_bytes()
@@ -231,12 +347,24 @@ def _read_file(run_dir: Path, name: str, config: dict) -> bytes:
     return data
 
 
-def _load_tensors(run_dir: Path, name: str, config: dict) -> dict[str, torch.Tensor]:
-    data = _read_file(run_dir, name, config)
+def _load_tensors(paths: dict[str, Path], name: str, config: dict) -> dict[str, torch.Tensor]:
+    data = _read_file(paths, name, config)
     try:
         return st_load(data)
     except Exception as exc:  # safetensors raises its own error types
-        raise ValueError(_fix(run_dir / name, f"is not a readable safetensors file ({exc})")) from None
+        raise ValueError(_fix(paths.get(name) or paths[MODEL_FILE].parent / name,
+                              f"is not a readable safetensors file ({exc})")) from None
+
+
+def _state_meta(paths: dict[str, Path], config: dict) -> dict:
+    raw = _read_file(paths, STATE_JSON, config)
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(_fix(paths[STATE_JSON], f"is not valid JSON ({exc})")) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("train_state", {}), dict):
+        raise ValueError(_fix(paths[STATE_JSON], "does not hold a train_state object"))
+    return meta
 
 
 _OLD_MLP = re.compile(r"blocks\.\d+\.mlp\.\d+\.")  # nn.Sequential(Linear, GELU, Linear) of posenc < SwiGLU
@@ -256,16 +384,15 @@ def _check_architecture(weights: dict, path: Path) -> None:
 def load_model(run_dir, *, device: str | torch.device = "cpu", scheme=None) -> TinyLM:
     """The :class:`TinyLM` saved in ``run_dir`` (in ``eval()`` mode). With ``scheme`` (a
     PositionScheme) the weights are loaded under that scheme instead of the saved one."""
-    run_dir = Path(run_dir)
-    config = read_config(run_dir)
+    config, paths = checkpoint_files(run_dir)
     cfg = lm_config(config)
-    weights = _load_tensors(run_dir, MODEL_FILE, config)
-    _check_architecture(weights, run_dir / MODEL_FILE)
+    weights = _load_tensors(paths, MODEL_FILE, config)
+    _check_architecture(weights, paths[MODEL_FILE])
     model = TinyLM(cfg)
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
-        raise ValueError(_fix(run_dir / MODEL_FILE, f"does not fit the model in config.json ({exc})")) from None
+        raise ValueError(_fix(paths[MODEL_FILE], f"does not fit the model in config.json ({exc})")) from None
     if scheme is not None:
         model = model.with_scheme(scheme)
     return model.to(device).eval()
@@ -290,31 +417,26 @@ def load_checkpoint(run_dir, model: TinyLM | None = None, optimizer=None, *, res
     With ``model`` given, its weights are loaded in place (it must have the saved architecture);
     with ``optimizer`` given, its state is restored; with ``restore_rng`` the torch RNG states too.
     """
-    run_dir = Path(run_dir)
-    config = read_config(run_dir)
+    config, paths = checkpoint_files(run_dir)
     cfg = lm_config(config)
-    weights = _load_tensors(run_dir, MODEL_FILE, config)
-    _check_architecture(weights, run_dir / MODEL_FILE)
+    weights = _load_tensors(paths, MODEL_FILE, config)
+    _check_architecture(weights, paths[MODEL_FILE])
     target = getattr(model, "module", model) if model is not None else TinyLM(cfg)
     try:
         target.load_state_dict(weights)
     except RuntimeError as exc:
-        raise ValueError(_fix(run_dir / MODEL_FILE, f"does not fit the model ({exc})")) from None
+        raise ValueError(_fix(paths[MODEL_FILE], f"does not fit the model ({exc})")) from None
     if model is None:
         target = target.to(device)
     train_state: dict = {}
-    if (run_dir / STATE_JSON).exists() or STATE_JSON in config.get("checkpoint", {}).get("files", {}):
-        raw = _read_file(run_dir, STATE_JSON, config)
-        try:
-            meta = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(_fix(run_dir / STATE_JSON, f"is not valid JSON ({exc})")) from None
+    if STATE_JSON in paths:
+        meta = _state_meta(paths, config)
         train_state = meta.get("train_state", {})
-        tensors = _load_tensors(run_dir, STATE_FILE, config)
+        tensors = _load_tensors(paths, STATE_FILE, config)
         if optimizer is not None:
             if meta.get("optimizer") is None:
-                raise ValueError(f"{run_dir / STATE_JSON} holds no optimizer state; cannot resume the optimizer")
-            _check_optimizer(optimizer, meta["optimizer"], run_dir / STATE_JSON)
+                raise ValueError(f"{paths[STATE_JSON]} holds no optimizer state; cannot resume the optimizer")
+            _check_optimizer(optimizer, meta["optimizer"], paths[STATE_JSON])
             optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
         if restore_rng:
             set_rng_states(tensors)

@@ -54,18 +54,54 @@ def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int
     return out
 
 
-def model_variant(model: TinyLM, method: str, eval_len: int) -> tuple[TinyLM, dict]:
-    """``model`` under ``method`` (``ValueError`` when the method does not apply). The length defaults read
-    the RoPE of the model's layers (each layer of a pattern; base 1e4 and the full head when none rotates);
-    where the RoPE layers differ in a way that changes them (``rope_base`` on Gemma 3's 1e4 and 1e6 layers),
-    no one default fits and the method is refused rather than given one layer's value."""
+def method_params(method: str, params: dict | None, *, hf: bool = False) -> dict:
+    """The part of ``params`` that the methods of ``method`` (``"a+b"``) take (all of them for a method that
+    transformers alone runs, ``hf=True``: transformers validates its rope parameters)."""
+    methods = parse_methods(method, hf=hf)
+    if hf and len(methods) == 1 and methods[0].hf_native:
+        return dict(params or {})
+    accepted = {k for m in methods for k in m.param_names}
+    return {k: v for k, v in (params or {}).items() if k in accepted}
+
+
+def check_method_params(methods: Sequence[str], params: dict | None, *, hf: bool = False) -> None:
+    """``ValueError`` for a parameter that none of ``methods`` takes (it would be ignored), naming the
+    parameters each method takes; nothing to check without ``params``."""
+    if not params:
+        return
+    real = []
+    for m in methods:
+        try:
+            if not all(r.is_identity for r in parse_methods(m, hf=hf)):
+                real.append(m)
+        except ValueError:
+            continue  # an unknown name is reported where it is used (an error record, or check_eval_args)
+    if not real:
+        raise ValueError(f"method parameters {sorted(params)} were given but no method takes them: name the "
+                         f"methods (e.g. --methods yarn)")
+    used = set().union(*(method_params(m, params, hf=hf) for m in real))
+    unused = sorted(set(params) - used)
+    if unused:
+        takes = {m: sorted({k for r in parse_methods(m, hf=hf) for k in r.param_names}) for m in real}
+        raise ValueError(f"parameter(s) {unused} are taken by none of the methods {real} (each takes: {takes}); "
+                         f"they would be ignored")
+
+
+def model_variant(model: TinyLM, method: str, eval_len: int, params: dict | None = None) -> tuple[TinyLM, dict]:
+    """``model`` under ``method`` (``ValueError`` when the method does not apply), with the parameters used.
+    ``params`` (those the method takes: :func:`method_params`) override the per-length defaults at every
+    length. The length defaults read the RoPE of the model's layers (each layer of a pattern; base 1e4 and
+    the full head when none rotates); where the RoPE layers differ in a way that changes them
+    (``rope_base`` on Gemma 3's 1e4 and 1e6 layers), no one default fits and the method is refused rather
+    than given one layer's value."""
     if is_identity(method):
         return model, {}
+    given = method_params(method, params)
     full = model.cfg.dim // model.cfg.n_heads
     ropes = sorted({(s.rope.base, s.rope.partial_rotary_factor)
                     for s in model.cfg.layer_schemes if s.rope is not None}) or [(10000.0, 1.0)]
-    options = [length_defaults(method, model.cfg.train_len, eval_len, head_dim=int(full * part), base=base)
-               for base, part in ropes]
+    options = [{**length_defaults(method, model.cfg.train_len, eval_len, head_dim=int(full * part), base=base),
+                **given} for base, part in ropes]
     if any(o != options[0] for o in options):
         raise ValueError(f"method {method!r} defaults to different parameters on this model's RoPE layers "
                          f"(base, rotary fraction) {ropes}: {options}; apply it per layer with "
@@ -136,8 +172,10 @@ def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows
 def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Sequence[str] = (),
                    mode: str = "nonoverlap", max_windows: int | None = None, batch_size: int = 1,
                    passkey: bool = False, tokenizer=None, progress: bool = True, *, passkey_trials: int = 2,
-                   seed: int = 0, device: str | torch.device | None = None) -> list[dict]:
-    """One record per (eval_len, method) for ``"none"`` (the model's own scheme) and each of ``methods``.
+                   seed: int = 0, device: str | torch.device | None = None, params: dict | None = None) -> list[dict]:
+    """One record per (eval_len, method) for ``"none"`` (the model's own scheme) and each of ``methods``,
+    its ``params`` those actually used: the per-length defaults, overridden by ``params`` (each to the methods
+    that take it; one that none takes is a ``ValueError``: :func:`check_method_params`).
 
     Perplexity/loss/accuracy come from :func:`posenc.lab.metrics.evaluate_lm` (``mode``, ``max_windows``,
     ``batch_size``) under ``torch.no_grad`` with ``impl="auto"``. With ``passkey`` (needs ``tokenizer``)
@@ -146,6 +184,7 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
     ``not_applicable`` with the message as ``note``.
     """
     check_eval_args(lengths, methods, mode, max_windows, batch_size)
+    check_method_params(methods, params)
     if passkey and tokenizer is None:
         raise ValueError("passkey=True needs the tokenizer the model was trained with")
     methods = [NONE.name] + [m for m in methods if not is_identity(m)]
@@ -157,8 +196,8 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
             rec = EvalRecord(scheme=model.scheme.name, method=method, params={}, train_len=model.cfg.train_len,
                              eval_len=int(eval_len))
             try:
-                variant, params = model_variant(model, method, eval_len)
-                rec = rec.replace(params=params)
+                variant, used = model_variant(model, method, eval_len, params)
+                rec = rec.replace(params=used)
                 rec = _evaluate_one(variant, rec, tokens, methods, mode, max_windows, batch_size,
                                     tokenizer if passkey else None, progress, passkey_trials, seed, device)
             except ValueError as exc:
@@ -178,6 +217,7 @@ def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[in
     from posenc.lab.data import prepare
 
     check_eval_args(lengths, methods, mode, max_windows, batch_size)
+    check_method_params(methods, kw.get("params"))
     check_device("device", device)
     config = read_config(run_dir)
     tok_name, _ = tokenizer_spec(config)
@@ -195,15 +235,25 @@ def evaluate_checkpoint(run_dir, corpus: str | None = None, lengths: Sequence[in
     return recs
 
 
+def format_params(params: dict | None) -> str:
+    """``{"factor": 2.0, "window": 8}`` -> ``"factor=2 window=8"`` (``-`` for none)."""
+    if not params:
+        return "-"
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+
+
 def format_table(records: Sequence[dict]) -> str:
-    """Plain-text table of records (one line each)."""
-    head = f"{'scheme':16s} {'method':16s} {'train':>6s} {'eval':>6s} {'ppl':>10s} {'acc':>6s} {'passkey':>7s}  status"
+    """Plain-text table of records (one line each), with the method parameters each row actually used."""
+    width = max([6] + [len(format_params(r.get("params"))) for r in records])
+    head = (f"{'scheme':16s} {'method':16s} {'params':{width}s} {'train':>6s} {'eval':>6s} {'ppl':>10s} {'acc':>6s} "
+            f"{'passkey':>7s}  status")
     lines = [head, "-" * len(head)]
     for r in records:
         ppl = f"{r['ppl']:.3f}" if r["ppl"] is not None else "-"
         acc = f"{r['accuracy']:.3f}" if r["accuracy"] is not None else "-"
         pk = f"{r['passkey']:.2f}" if r["passkey"] is not None else "-"
         status = r["status"] + (f" ({r['note'][:70]})" if r["status"] != "ok" else "")
-        lines.append(f"{r['scheme'][:16]:16s} {r['method'][:16]:16s} {r['train_len']:6d} {r['eval_len']:6d} "
-                     f"{ppl:>10s} {acc:>6s} {pk:>7s}  {status}")
+        train = "-" if r["train_len"] is None else r["train_len"]
+        lines.append(f"{str(r['scheme'])[:16]:16s} {r['method'][:16]:16s} {format_params(r.get('params')):{width}s} "
+                     f"{train:>6} {r['eval_len']:6d} {ppl:>10s} {acc:>6s} {pk:>7s}  {status}")
     return "\n".join(lines)

@@ -31,12 +31,16 @@ class FolderInUseError(ValueError):
 
 class FolderLock:
     """``with FolderLock(folder, what="run"):`` holds ``folder``'s lock for the block (the folder is
-    created). Re-entrant within one object: :meth:`acquire` on a held lock is a no-op."""
+    created). Re-entrant within one object: :meth:`acquire` on a held lock is a no-op. With ``tidy``, a
+    folder the lock created and that holds nothing but the lock file when released is removed (a run that
+    failed before writing anything leaves no empty folder behind)."""
 
-    def __init__(self, folder, what: str = "folder"):
+    def __init__(self, folder, what: str = "folder", tidy: bool = False):
         self.folder = Path(folder)
         self.what = what
+        self.tidy = tidy  # remove the folder on release when this lock created it and nothing else was put there
         self._fd: int | None = None
+        self._created = False
 
     @property
     def path(self) -> Path:
@@ -51,6 +55,7 @@ class FolderLock:
         else raise :class:`FolderInUseError`."""
         if self._fd is not None:
             return self
+        self._created = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait
@@ -83,6 +88,9 @@ class FolderLock:
         fd, self._fd = self._fd, None
         try:
             os.ftruncate(fd, 0)
+            if self.tidy and self._created and [p.name for p in self.folder.iterdir()] == [LOCK_NAME]:
+                self.path.unlink()  # while still held: a command that failed before writing leaves no folder
+                self.folder.rmdir()
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)

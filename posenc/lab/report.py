@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
+from posenc.lab.atomic import atomic_write_text
 from posenc.lab.records import REQUIRED_KEYS
 from posenc.lab.report_retrieval import plot_retrieval, ppl_vs_retrieval_table, retrieval_checks
 from posenc.scheme.methods import is_identity
@@ -417,10 +418,8 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
         if rt is not None:
             paths[f"retrieval_{task}_plot"] = rt
     images = [p for k, p in paths.items() if k.endswith("_plot")]
-    paths["markdown"] = out_dir / "report.md"
-    paths["markdown"].write_text(render_markdown(results, images))
-    paths["html"] = out_dir / "report.html"
-    paths["html"].write_text(render_html(results, images))
+    paths["markdown"] = atomic_write_text(out_dir / "report.md", render_markdown(results, images))
+    paths["html"] = atomic_write_text(out_dir / "report.html", render_html(results, images))
     return paths
 
 

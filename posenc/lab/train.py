@@ -13,6 +13,13 @@ Run folder (``out_dir``): see :mod:`posenc.lab.checkpoint`. Re-running with the 
   and resumed run ends with parameters bit-identical to an uninterrupted run;
 - refuses (``ValueError``) when the saved run used a different configuration.
 
+One process writes a run folder at a time (:class:`posenc.lab.lock.FolderLock`: a second ``train`` into the
+same folder gets a ``ValueError`` naming the first one's pid and command), and it first finishes a
+checkpoint commit that a kill interrupted (:func:`posenc.lab.checkpoint.recover`). SIGINT (Ctrl-C) or SIGTERM
+during training saves a checkpoint of the last finished step and raises
+:class:`posenc.lab.interrupt.Interrupted`, whose one-line message says how to resume (``posenc train``
+prints it and exits with status 130 / 143).
+
 Data parallel: under ``torchrun --nproc-per-node N -m posenc train ...`` (``WORLD_SIZE``/``RANK`` set)
 the process group is initialised (gloo on CPU, nccl on CUDA); rank ``r`` takes rows
 ``[r*b, (r+1)*b)`` of the same global batch and DDP averages gradients, so the loss curve equals a
@@ -26,8 +33,10 @@ its weights are loaded into a TinyLM built with the new scheme; an inference-tim
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -39,10 +48,13 @@ import torch.nn.functional as F
 
 from posenc._util import check_device
 from posenc.lab import checkpoint as ckpt
+from posenc.lab.interrupt import StopSignals
+from posenc.lab.lock import FolderLock
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme
 from posenc.scheme.methods import parse_methods
 
+log = logging.getLogger("posenc")
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
 
@@ -248,6 +260,7 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
 
     if cfg.init is None:
         resolve_scheme(cfg)  # a bad scheme or parameter fails here, before the corpus is prepared
+    _check_corpus(cfg.corpus)  # ... and a missing corpus before the lock creates the run folder
     run_dir = Path(cfg.out_dir)
     rank, world, local_rank = _dist_env()
     started_dist = False
@@ -256,14 +269,59 @@ def train(cfg: TrainConfig, progress: bool = True, on_step: Callable[[int, float
         torch.distributed.init_process_group(backend)
         started_dist = True
     device = torch.device(f"cuda:{local_rank}" if cfg.device == "cuda" and world > 1 else cfg.device)
+    lock = FolderLock(run_dir, what="run", tidy=True) if rank == 0 else None  # only rank 0 writes the folder
     try:
-        return _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm)
+        if lock is not None:
+            lock.acquire()
+            for line in ckpt.recover(run_dir):  # a commit killed half-way is finished, stale temp files go
+                log.info("%s", line)
+        with StopSignals() as stop:
+            return _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm, stop)
     finally:
+        if lock is not None:
+            lock.release()
         if started_dist:
             torch.distributed.destroy_process_group()
 
 
-def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm) -> dict:
+def _check_corpus(corpus) -> None:
+    """A corpus that is neither registered nor an existing file/folder is refused before anything is written."""
+    from posenc.lab.corpora import CORPORA
+
+    if isinstance(corpus, str) and corpus in CORPORA:
+        return
+    if not Path(corpus).expanduser().exists():
+        raise ValueError(f"corpus must be one of {sorted(CORPORA)} or an existing file/folder, got {str(corpus)!r}")
+
+
+def _stop_now(stop: StopSignals, world: int, device) -> bool:
+    """Whether a stop was requested, agreed by every rank (one all-reduce per step under DDP)."""
+    if world == 1:
+        return stop.requested
+    flag = torch.tensor([1.0 if stop.requested else 0.0], device=device)  # on the device: NCCL needs it there
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _model_and_state(cfg: TrainConfig, run_dir: Path, resume: bool, vocab_size: int, device):
+    """The model, its AdamW and the train state: fresh (seeded), or restored from the run's checkpoint."""
+    torch.manual_seed(cfg.seed)
+    model = _build_model(cfg, vocab_size).to(device)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+    state = {"step": 0, "finished": False, "history": [], "val_history": [], "wall_time_s": 0.0}
+    if resume:
+        state = {**state, **ckpt.load_checkpoint(run_dir, model, opt, restore_rng=True)["train_state"]}
+    return model, opt, state
+
+
+def _stopped(stop: StopSignals, step: int, cfg: TrainConfig, run_dir: Path) -> None:
+    """Raise :class:`~posenc.lab.interrupt.Interrupted` after the checkpoint of ``step`` was saved."""
+    stop.signum = stop.signum or signal.SIGTERM  # under DDP: another rank's signal
+    stop.check(lambda sig: f"interrupted by {sig} at step {step} of {cfg.steps}: saved a checkpoint in {run_dir}; "
+                           f"run the same command again to resume from it")
+
+
+def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm, stop) -> dict:
     t_start = time.perf_counter()
     resume = ckpt.has_checkpoint(run_dir)
     if resume:
@@ -276,12 +334,7 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm) 
     if cfg.batch_size % world or cfg.recall_batch % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) and recall_batch ({cfg.recall_batch}) must be divisible by "
                          f"the number of processes ({world})")
-    torch.manual_seed(cfg.seed)
-    model = _build_model(cfg, corpus.vocab_size).to(device)
-    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
-    state = {"step": 0, "finished": False, "history": [], "val_history": [], "wall_time_s": 0.0}
-    if resume:
-        state = {**state, **ckpt.load_checkpoint(run_dir, model, opt, restore_rng=True)["train_state"]}
+    model, opt, state = _model_and_state(cfg, run_dir, resume, corpus.vocab_size, device)
     resumed_from = state["step"] if resume else None
     extra = {"corpus": str(cfg.corpus), "tokenizer": corpus.meta.get("tokenizer", {"name": cfg.tokenizer}),
              "corpus_stats": corpus.stats, "train": cfg.to_dict()}
@@ -337,8 +390,14 @@ def _train(cfg, progress, on_step, run_dir, rank, world, device, prepare, tqdm) 
             save(False)
         if on_step is not None:
             on_step(step + 1, state["history"][-1])
+        if _stop_now(stop, world, device) and step + 1 < cfg.steps:  # SIGINT/SIGTERM: save this step, then stop
+            bar.close()
+            state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
+            save(False)
+            _stopped(stop, step + 1, cfg, run_dir)
     bar.close()
     state["val_loss"] = _val_loss(model, corpus.val, cfg, rank, world, device)
     state["wall_time_s"] = state.get("wall_time_s", 0.0) + (time.perf_counter() - t_start)
     save(True)
+    stop.check(f"the run in {run_dir} had just finished ({cfg.steps} steps) and is saved")
     return _summary(run_dir, state, resumed_from=resumed_from)

@@ -36,7 +36,7 @@ import torch.nn as nn
 from posenc._util import check_finite, check_positive_int
 
 __all__ = ["MULTIAXIS", "AxialRope", "MixedRope", "MRope", "MultiAxisRope", "apply_multiaxis_rope", "as_axis_positions",
-           "build_multiaxis", "grid_positions"]
+           "build_multiaxis", "check_multiaxis", "grid_positions", "is_axis_positions"]
 
 
 def grid_positions(*sizes: int, device=None) -> torch.Tensor:
@@ -58,7 +58,7 @@ def as_axis_positions(positions, n_axes: int, batch: int, seq: int, device=None)
     if p.dtype == torch.bool or p.is_floating_point():
         raise ValueError(f"positions must be integers, got {p.dtype}")
     p = p.long()
-    if p.dim() == 3 or (p.dim() == 2 and p.shape == (seq, n_axes) and p.shape != (batch, seq)):
+    if is_axis_positions(p, n_axes, batch, seq):
         p = p if p.dim() == 3 else p[None]
     elif p.dim() in (1, 2):
         p = (p if p.dim() == 2 else p[None])[..., None].expand(-1, -1, n_axes)
@@ -72,12 +72,25 @@ def as_axis_positions(positions, n_axes: int, batch: int, seq: int, device=None)
     return p
 
 
+def is_axis_positions(positions, n_axes: int, batch: int, seq: int) -> bool:
+    """True when ``positions`` are per-axis coordinates: ``[B, N, A]``, or ``[N, A]`` (as
+    :func:`grid_positions` gives them) where that shape is not also ``[B, N]``."""
+    shape = tuple(torch.as_tensor(positions).shape)
+    return len(shape) == 3 or (shape == (seq, n_axes) and shape != (batch, seq))
+
+
 class MultiAxisRope(nn.Module):
     """Base class: ``W`` and ``phase`` (see the module docstring); subclasses define :meth:`weights`.
     ``supplied``: the constructor arguments the layer gives besides ``rotary_dim``."""
 
     n_axes: int = 2
     supplied: tuple[str, ...] = ()
+
+    @staticmethod
+    def check_params(**params) -> dict:
+        """Validate the parameters that do not depend on the layer's dims, when the scheme is built
+        (:func:`check_multiaxis`); subclasses override it."""
+        return params
 
     def weights(self, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(W [1 or H, A, R/2], phase [R/2] or None)``, float64. ``inv_freq``: the scheme's frequencies."""
@@ -108,23 +121,31 @@ class AxialRope(MultiAxisRope):
 
     supplied = ("base",)
 
+    @staticmethod
+    def check_params(n_axes=2, freqs="lang", max_freq=10.0, grid=None) -> dict:
+        """Validate the parameters that do not depend on the layer (``ValueError`` naming the bad one);
+        returns them normalised. Called when the scheme is built and again by the constructor."""
+        n_axes = check_positive_int("axial.n_axes", n_axes)
+        if freqs not in ("lang", "pixel"):
+            raise ValueError(f"axial.freqs must be 'lang' or 'pixel', got {freqs!r}")
+        max_freq = check_finite("axial.max_freq", max_freq, minimum=0.0, strict_min=True)
+        if grid is not None or freqs == "pixel":
+            if not isinstance(grid, (list, tuple)) or len(grid) != n_axes:
+                raise ValueError(f"axial.grid must give the grid size of each of the {n_axes} axes (a list of "
+                                 f"{n_axes} integers >= 1; freqs='pixel' normalises coordinates to [-1, 1] over "
+                                 f"it), got {grid!r}")
+            grid = [check_positive_int(f"axial.grid[{i}]", g) for i, g in enumerate(grid)]
+        return {"n_axes": n_axes, "freqs": freqs, "max_freq": max_freq, "grid": grid}
+
     def __init__(self, rotary_dim: int, base: float = 10000.0, n_axes: int = 2, freqs: str = "lang",
                  max_freq: float = 10.0, grid: list | tuple | None = None):
         super().__init__()
-        self.n_axes = check_positive_int("axial.n_axes", n_axes)
+        self.n_axes = self.check_params(n_axes=n_axes, freqs=freqs, max_freq=max_freq, grid=grid)["n_axes"]
         d_axis = _check_dims(rotary_dim, self.n_axes, 2, "axial RoPE")
-        if freqs not in ("lang", "pixel"):
-            raise ValueError(f"axial.freqs must be 'lang' or 'pixel', got {freqs!r}")
-        check_finite("axial.max_freq", max_freq, minimum=0.0, strict_min=True)
         self.freqs, self.d_axis = freqs, d_axis
         if freqs == "lang":
             f = 1.0 / (float(base) ** (torch.arange(0, d_axis, 2, dtype=torch.float64) / d_axis))
         else:
-            if grid is None or len(grid) != self.n_axes:
-                raise ValueError(f"axial.grid must give the grid size of each of the {self.n_axes} axes for "
-                                 f"freqs='pixel' (coordinates are normalised to [-1, 1]), got {grid!r}")
-            for i, g in enumerate(grid):
-                check_positive_int(f"axial.grid[{i}]", g)
             f = torch.linspace(1.0, max_freq / 2, d_axis // 2, dtype=torch.float32).double() * math.pi
         self.grid = None if grid is None else tuple(int(g) for g in grid)
         self.register_buffer("axis_freqs", f, persistent=False)  # [d_a / 2]
@@ -148,17 +169,25 @@ class MRope(MultiAxisRope):
     each for height and width, Qwen2-VL's [16, 24, 24] at R = 128) assign pair i to the axis of the section
     that holds it; the frequency is the scheme's own ``inv_freq[i]``."""
 
+    @staticmethod
+    def check_params(sections=None) -> dict:
+        """Validate ``sections`` (a non-empty list of integers >= 1, or None) when the scheme is built; its
+        sum is checked against the rotary dim when the layer builds the part."""
+        if sections is None:
+            return {"sections": None}
+        if not isinstance(sections, (list, tuple)) or not sections:
+            raise ValueError(f"mrope.sections must be a non-empty list of pair counts per axis (integers >= 1), "
+                             f"got {sections!r}")
+        return {"sections": [check_positive_int(f"mrope.sections[{i}]", s) for i, s in enumerate(sections)]}
+
     def __init__(self, rotary_dim: int, sections: list | tuple | None = None):
         super().__init__()
         half = rotary_dim // 2
+        sections = self.check_params(sections)["sections"]
         if sections is None:
             t = half // 4
             hw = (half - t) // 2
             sections = (half - 2 * hw, hw, hw)
-        if not isinstance(sections, (list, tuple)) or not sections:
-            raise ValueError(f"mrope.sections must be a list of pair counts per axis, got {sections!r}")
-        for i, s in enumerate(sections):
-            check_positive_int(f"mrope.sections[{i}]", s)
         if sum(sections) != half:
             raise ValueError(f"mrope.sections must sum to rotary_dim // 2 = {half}, got {list(sections)}")
         self.sections = tuple(int(s) for s in sections)
@@ -181,10 +210,17 @@ class MixedRope(MultiAxisRope):
 
     supplied = ("n_heads",)
 
+    @staticmethod
+    def check_params(theta=10.0, rotate=True) -> dict:
+        """Validate ``theta`` (finite, > 0) and ``rotate`` (a bool) when the scheme is built."""
+        if not isinstance(rotate, bool):
+            raise ValueError(f"mixed.rotate must be true or false, got {rotate!r}")
+        return {"theta": check_finite("mixed.theta", theta, minimum=0.0, strict_min=True), "rotate": rotate}
+
     def __init__(self, rotary_dim: int, n_heads: int, theta: float = 10.0, rotate: bool = True):
         super().__init__()
         _check_dims(rotary_dim, 2, 2, "RoPE-Mixed")
-        check_finite("mixed.theta", theta, minimum=0.0, strict_min=True)
+        self.check_params(theta, rotate)
         mag = 1.0 / (float(theta) ** (torch.arange(0, rotary_dim, 4, dtype=torch.float32)[:rotary_dim // 4]
                                       / rotary_dim))
         phi = torch.rand(n_heads, 1) * 2 * math.pi if rotate else torch.zeros(n_heads, 1)
@@ -212,6 +248,18 @@ def build_multiaxis(kind: str, rotary_dim: int, n_heads: int, base: float, **par
         return cls(**supplied, **params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for multiaxis {kind!r}: {exc}") from None
+
+
+def check_multiaxis(kind: str, params: dict) -> None:
+    """Refuse bad parameters of a multi-axis part when its scheme is built, not at the first forward
+    (``ValueError`` naming the parameter and the allowed values; unknown names are refused by the scheme)."""
+    if kind not in MULTIAXIS:
+        raise ValueError(f"multiaxis kind must be one of {sorted(MULTIAXIS)}, got {kind!r}")
+    import inspect
+
+    cls = MULTIAXIS[kind]
+    accepted = set(inspect.signature(cls.check_params).parameters)
+    cls.check_params(**{k: v for k, v in params.items() if k in accepted})
 
 
 def apply_multiaxis_rope(x: torch.Tensor, positions, part: MultiAxisRope, inv_freq: torch.Tensor | None = None,

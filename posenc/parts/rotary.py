@@ -326,7 +326,7 @@ def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str =
     ``rotary_dim // 2`` entries (``rotary_dim`` defaults to ``D``). ``layout="half"`` matches Hugging Face
     Llama / GPT-NeoX ``apply_rotary_pos_emb``; ``"interleaved"`` matches RoFormer and
     ``rotary-embedding-torch``.
-    Angles in float64, cos/sin in float32, output in ``x.dtype``. Equals
+    Angles in float64, cos/sin in float32 (float64 for a float64 ``x``), output in ``x.dtype``. Equals
     ``apply_rope_cos_sin(x, *rope_cos_sin(positions, inv_freq), layout, rotary_dim)``.
     """
     _check_layout(layout)
@@ -336,7 +336,7 @@ def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str =
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)  # [B or 1, N]; [1, N] broadcasts
     if pos.shape[0] not in (1, x.shape[0]):
         raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
-    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device))
+    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device), _table_dtype(x))
     return apply_rope_cos_sin(x, cos, sin, layout, rotary_dim)
 
 
@@ -354,7 +354,7 @@ def apply_rope_(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str 
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)
     if pos.shape[0] not in (1, x.shape[0]):
         raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
-    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device))
+    cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device), _table_dtype(x))
     if x.is_contiguous() and _kernel_ok(x, cos, sin):
         return _rotate_kernel(x, cos, sin, layout, rot, x)
     return x.copy_(_rotate_torch(x, cos, sin, layout, rot))
@@ -364,20 +364,27 @@ _TABLES: dict = {}
 _TABLE_MAX_POSITION = 1 << 15  # positions beyond this are computed directly (bounds table memory)
 
 
-def _cached_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rope_cos_sin(pos, inv_freq)`` (float32) through a per-``inv_freq`` :class:`RopeAngleCache`.
+def _cached_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor,
+                    dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rope_cos_sin(pos, inv_freq, dtype)`` through a per-``(inv_freq, dtype)`` :class:`RopeAngleCache`.
 
     The table holds the same float64-angle cos/sin values, so this only skips recomputing them per call.
     """
     if pos.numel() == 0 or int(pos.max()) >= _TABLE_MAX_POSITION:
-        return rope_cos_sin(pos, inv_freq, dtype=torch.float32)
-    key = (str(inv_freq.device), tuple(inv_freq.to(torch.float64).tolist()))
+        return rope_cos_sin(pos, inv_freq, dtype=dtype)
+    key = (str(inv_freq.device), tuple(inv_freq.to(torch.float64).tolist()), dtype)
     cache = _TABLES.get(key)
     if cache is None:
         if len(_TABLES) >= 8:
             _TABLES.pop(next(iter(_TABLES)))
-        cache = _TABLES[key] = RopeAngleCache(inv_freq.to(torch.float64), max_position=int(pos.max()) + 1)
+        cache = _TABLES[key] = RopeAngleCache(inv_freq.to(torch.float64), max_position=int(pos.max()) + 1,
+                                              dtype=dtype)
     return cache.cos_sin(pos)
+
+
+def _table_dtype(x: torch.Tensor) -> torch.dtype:
+    """cos/sin in float32, or float64 for a float64 ``x`` (a float64 input stays exact in float64)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 class RopeAngleCache:

@@ -209,6 +209,9 @@ class PositionScheme:
         if self.remap is not None or self.memory is not None:
             raise ValueError(f"multiaxis {self.multiaxis.kind!r} does not combine with a position remap or "
                              f"memory (they work on 1-D positions)")
+        from posenc.parts.multiaxis import check_multiaxis
+
+        check_multiaxis(self.multiaxis.kind, dict(self.multiaxis.params))  # freqs, grid, sections: now, not at forward
 
     # ---------------------------------------------------------------- parts
     def build_remap(self):
@@ -449,7 +452,7 @@ def _infini(train_len=None, segment_len=None, rope=True, delta_rule=False, **par
 
 # ===================================================================== layer patterns
 def _period(name: str, every) -> int:
-    check_positive_int(f"{name}.every", every)
+    every = check_positive_int(f"{name}.every", every)  # 2.0 -> 2: a float period would repeat a tuple 2.0 times
     if every < 2:
         raise ValueError(f"{name}.every must be >= 2 (one special layer after every - 1 others), got {every}")
     return every
@@ -475,7 +478,7 @@ def _irope(train_len=None, every=4, chunk=None, base=10000.0, attn_scale=0.1, fl
         if train_len is None:
             raise ValueError("preset 'irope' needs train_len or chunk")
         chunk = max(1, train_len // 4)
-    check_positive_int("irope.chunk", chunk)
+    chunk = check_positive_int("irope.chunk", chunk)
     rope = PositionScheme(name="rope_chunked", rope=RopeSpec(base=base, layout=layout), mask=MaskSpec(chunk=chunk))
     floor_scale = float(chunk) if floor_scale is None else floor_scale  # the part checks a given value
     temp = Part("llama4", {"attn_scale": attn_scale, "floor_scale": floor_scale})
@@ -492,7 +495,7 @@ def _local_global(train_len=None, every=6, window=None, local_base=10000.0, glob
         if train_len is None:
             raise ValueError("preset 'local_global' needs train_len or window")
         window = max(1, train_len // 4)
-    check_positive_int("local_global.window", window)
+    window = check_positive_int("local_global.window", window)
     local = PositionScheme(name="rope_local", rope=RopeSpec(base=local_base), mask=MaskSpec(window=window))
     return _pattern("local_global", train_len, every, local,
                     PositionScheme(name="rope_global", rope=RopeSpec(base=global_base)))

@@ -478,7 +478,10 @@ def _check_ranges(m: Method, params: dict) -> None:
         if p is None:
             raise ValueError(f"preset {m.name!r} does not take parameter {name!r}; it takes {sorted(m.param_names)}")
         if not p.contains(value):
-            raise ValueError(f"{m.name}.{name} must be {p.describe().split('(', 1)[-1].rstrip(')')}, got {value!r}")
+            rng = p.range_text()
+            allowed = ("true or false" if rng == "true/false" else f"an {rng}" if rng.startswith("integer")
+                       else f"a number {rng}" if rng else "a finite number")
+            raise ValueError(f"{m.name}.{name} must be {allowed}, got {value!r}")
 
 
 def _trained_part(field: str):

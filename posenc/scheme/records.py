@@ -3,6 +3,7 @@ registry itself, how each method applies and the ``"a+b"`` parser are in :mod:`p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,26 +59,29 @@ class Param:
                                         and all(_is_heads(v) for v in value))
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return isinstance(value, bool) and self.minimum is None and self.maximum is None
-        if self.integer and not float(value).is_integer():
+        if not math.isfinite(value) or self.integer and not float(value).is_integer():
             return False
         if self.minimum is not None and (value <= self.minimum if self.strict else value < self.minimum):
             return False
         return self.maximum is None or (value < self.maximum if self.strict_max else value <= self.maximum)
 
-    def describe(self) -> str:
-        """``"window=train_len // 2 (integer >= 1)"``."""
-        default = self.rule or repr(self.default)
+    def range_text(self) -> str:
+        """The allowed values alone: ``"integer >= 1"``, ``">= 0, <= 1"``, ``"true/false"``, the choices, or ``""``."""
         lo = "" if self.minimum is None else f"{'>' if self.strict else '>='} {self.minimum:g}"
         hi = "" if self.maximum is None else f"{'<' if self.strict_max else '<='} {self.maximum:g}"
         rng = ", ".join(x for x in (lo, hi) if x)
         if self.choices is not None:
-            rng = " | ".join(self.choices)
-        elif self.heads:
-            rng = "head indices, or one list per layer"
-        elif isinstance(self.default, bool):
-            rng = "true/false"
-        elif self.integer:
-            rng = f"integer {rng}"
+            return " | ".join(self.choices)
+        if self.heads:
+            return "head indices, or one list per layer"
+        if isinstance(self.default, bool):
+            return "true/false"
+        return f"integer {rng}".strip() if self.integer else rng
+
+    def describe(self) -> str:
+        """``"window=train_len // 2 (integer >= 1)"``."""
+        default = self.rule or repr(self.default)
+        rng = self.range_text()
         orig = f" [original: {self.original}]" if self.original else ""
         return f"{self.name}={default}" + (f" ({rng})" if rng else "") + orig
 

@@ -13,6 +13,11 @@ does (same masks, branches, biases; only the summation order differs). It declar
 - ``content_selection``: whether it applies a remap's key selection by head or content
   (:meth:`posenc.parts.remap.Remap.select`: InfLLM's block retrieval, DuoAttention's heads), which needs the
   score tile too; the others are passed over for such a scheme the same way.
+- ``dtypes``: the input dtypes it computes. ``impl="auto"`` (and a fallback walk) passes over a backend
+  for any other dtype; naming it for one (``impl="flex"`` with float64) is a ``TypeError`` that names
+  the backends that run it. ``reference``, ``sdpa`` and ``blockwise`` run every float dtype (float64
+  exactly: cos/sin and the softmax in float64); the fused CPU kernel takes float32 and bfloat16 only,
+  compiled CPU flex float32, bfloat16 and float16 (inductor refuses float64).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import torch
 from posenc.engine.call import AttentionCall, position_run  # noqa: F401 - position_run: re-exported
 from posenc.engine.parts import AttentionParts
 
+ALL_FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+FUSED_CPU = (torch.float32, torch.bfloat16)  # aten._scaled_dot_product_flash_attention_for_cpu
+
 
 class Backend:
     """Base class of the execution paths (one instance each in :data:`posenc.engine.backends.BACKENDS`)."""
@@ -29,6 +37,7 @@ class Backend:
     name: str = ""
     learned_sinks: bool = False  # can add call.sink_logits (one logit per head) to the softmax denominator
     content_selection: bool = False  # can run a remap that chooses keys by head or content (Remap.reads_content)
+    dtypes: tuple[torch.dtype, ...] = ALL_FLOAT  # the input dtypes it computes (others: skipped / refused)
 
     def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import Backend, distance_profile, first_reason, fused_cpu_reason
+from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, first_reason, fused_cpu_reason
 from posenc.engine.call import AttentionCall
 from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_queries, rotated_keys_once
@@ -34,6 +34,7 @@ class ChunkMerge(Backend):
     decode step), on CPU, at inference."""
 
     name = "chunks"
+    dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
         parts = call.parts

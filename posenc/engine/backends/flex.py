@@ -111,6 +111,7 @@ def _flex_score_mod(parts: AttentionParts, qp_c, kp_c, gates=None):
 
 class Flex(Backend):
     name = "flex"
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)  # torch 2.13 inductor: no float64 FlexAttention
 
     def why_not(self, call: AttentionCall) -> str | None:
         parts = call.parts

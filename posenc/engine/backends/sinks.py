@@ -8,6 +8,7 @@ import torch
 
 from posenc.engine import toeplitz as kernel
 from posenc.engine.backends.base import (
+    FUSED_CPU,
     Backend,
     distance_profile,
     first_reason,
@@ -52,6 +53,7 @@ class SinksWindow(Backend):
     The window piece runs on the Toeplitz kernel, the sinks piece (n_sinks keys) is materialised."""
 
     name = "sinks"
+    dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
         parts = call.parts

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from posenc.engine import toeplitz as kernel
 from posenc.engine.backends.base import (
+    FUSED_CPU,
     Backend,
     distance_profile,
     first_reason,
@@ -27,6 +28,7 @@ class Toeplitz(Backend):
     bias is SDPA's."""
 
     name = "toeplitz"
+    dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
         parts = call.parts

@@ -7,8 +7,9 @@
   length, with its checks;
 - :mod:`~posenc.hf.suite.run`: one prefill answers every query of a context (cache rewound per query) and scores
   the target passage's perplexity from the same forward;
+- :mod:`~posenc.hf.suite.spec`: presets, contexts and cell keys as plain data;
 - :mod:`~posenc.hf.suite.grid`, :mod:`~posenc.hf.suite.cells`: the method x length x context x seed grid,
-  resumable cell by cell;
+  resumable cell by cell; :mod:`~posenc.hf.suite.calibration`: parameters found on the model (DuoAttention's heads);
 - :mod:`~posenc.hf.suite.results`, :mod:`~posenc.hf.suite.report`: records, effective lengths, the report;
 - :mod:`~posenc.hf.suite.presets`: ``smollm2`` (short) and ``smollm2_full`` on the real model posenc installs.
 
@@ -16,7 +17,8 @@
 GGUF file).
 """
 
-from posenc.hf.suite.grid import ContextSpec, SuitePreset, run_suite
+from posenc.hf.suite.grid import run_suite
 from posenc.hf.suite.presets import SUITE_PRESETS
+from posenc.hf.suite.spec import ContextSpec, SuitePreset
 
 __all__ = ["ContextSpec", "SUITE_PRESETS", "SuitePreset", "run_suite"]

@@ -44,11 +44,11 @@ def _summary(v: dict) -> str:
 
 
 def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], pruned) -> dict[str, str]:
-    """Run every unfinished cell of ``preset`` (``m``: the loaded model, :class:`posenc.hf.suite.grid._Model`);
+    """Run every unfinished cell of ``preset`` (``m``: the loaded model, :class:`posenc.hf.suite.spec.ModelFacts`);
     returns ``{"method@length": reason}`` for the (method, length) pairs left out."""
     from tqdm import tqdm
 
-    from posenc.hf.suite.grid import cell_key, method_params, plan
+    from posenc.hf.suite.spec import cell_key, method_params, plan
 
     _HAYSTACKS.clear()
     cells = plan(preset)

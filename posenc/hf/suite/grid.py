@@ -23,142 +23,35 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["ContextSpec", "SUITE_VERSION", "SuitePreset", "cell_key", "method_params", "plan", "run_suite"]
+from posenc.hf.suite.spec import ContextSpec, ModelFacts, SuitePreset, cell_key, load_facts, method_params, plan
 
-SUITE_VERSION = 1
-"""Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
+__all__ = ["ContextSpec", "SuitePreset", "plan", "run_suite"]
 
-
-@dataclass(frozen=True)
-class ContextSpec:
-    """One kind of context: ``haystack`` (``book`` or ``noise``) holding the needles of ``generators``; ``seeds``
-    contexts of it per (method, length); ``target`` scored tokens at the end (book haystacks; 0: none);
-    ``max_length``: used only up to this length (None: every length); ``options``: keyword parameters per
-    generator (``{"niah": {"n_keys": 4}}``)."""
-
-    haystack: str
-    generators: tuple[str, ...]
-    seeds: int = 1
-    target: int = 0
-    max_length: int | None = None
-    options: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.haystack}:{'+'.join(self.generators)}"
-
-
-@dataclass(frozen=True)
-class SuitePreset:
-    """Everything a suite run depends on (module docstring). ``reference_length``: the untouched model's
-    retrieval there is the reference; ``threshold``: the fraction of it a method must keep for a length to count
-    as effective; ``params``: fixed parameters per method spec, on top of the per-length ones."""
-
-    name: str
-    description: str
-    model: str = "smollm2"
-    lengths: tuple[int, ...] = (4096, 8192, 16384)
-    methods: tuple[str, ...] = ("none",)
-    contexts: tuple[ContextSpec, ...] = ()
-    reference_length: int = 4096
-    threshold: float = 0.85
-    prune_from: int | None = None
-    params: dict = field(default_factory=dict)
-    chat: bool = False
-    threads: int | None = None
-
-    def __post_init__(self):
-        from posenc.scheme.methods import is_identity
-
-        if not self.methods or not is_identity(self.methods[0]):
-            raise ValueError(f"a suite's first method must be 'none' (the untouched model), got {self.methods[:1]}")
-        if self.reference_length not in self.lengths:
-            raise ValueError(f"reference_length {self.reference_length} must be one of the lengths {self.lengths}")
-        if not self.contexts:
-            raise ValueError("a suite needs at least one context")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def method_params(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> dict:
-    """The parameters ``method`` runs with at ``length`` (per-length defaults, then the preset's fixed ones)."""
-    from posenc.lab.evaluate import length_defaults
-    from posenc.scheme.methods import is_identity
-
-    if is_identity(method):
-        return {}
-    return {**length_defaults(method, train_len, length, head_dim=head_dim, base=base), **fixed.get(method, {})}
-
-
-def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool) -> dict:
-    """Everything a cell's result depends on (:class:`posenc.lab.cells.CellStore` key)."""
-    return {"suite": SUITE_VERSION, "model": model_id, "method": method, "params": params, "length": length,
-            "haystack": spec.haystack, "generators": list(spec.generators), "target": spec.target, "seed": seed,
-            "chat": chat, **({"options": spec.options} if spec.options else {})}
-
-
-def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
-    """Every cell ``(length, method, context, seed)`` the preset may run, shortest length first."""
-    return [(n, m, spec, s) for n in sorted(preset.lengths) for m in preset.methods for spec in preset.contexts
-            if spec.max_length is None or n <= spec.max_length for s in range(spec.seeds)]
-
-
-@dataclass
-class _Model:
-    """The untouched model's folder, tokenizer and shape facts, loaded once per run."""
-
-    folder: Path
-    tokenizer: object
-    model_id: str
-    train_len: int
-    head_dim: int
-    base: float
-
-    def fresh(self, method: str, params: dict):
-        """A fresh copy of the model (float32, eval) extended with ``method``."""
-        import torch
-
-        from posenc.hf.patch import extend, load
-
-        model = load(self.folder, dtype=torch.float32)
-        return extend(model, method, **params)  # "none": the model as it is
-
-
-def _load(source) -> _Model:
-    from transformers import AutoConfig
-
-    from posenc.hf.patch import scheme_from_config, train_len_of
-    from posenc.hf.source import load_tokenizer, source_folder
-
-    folder = source_folder(source)
-    cfg = AutoConfig.from_pretrained(folder)
-    rope = scheme_from_config(cfg).rope
-    if rope is None:
-        raise ValueError(f"model {source!r} has no RoPE: the suite's methods extend RoPE models")
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    model_id = f"{Path(folder).name}:{cfg.model_type}"  # the folder name holds the GGUF's digest when converted
-    return _Model(folder, load_tokenizer(source), model_id, train_len_of(cfg), int(head_dim), float(rope.base))
-
-
-def _retrieval_rate(store, m: _Model, preset: SuitePreset, method: str, length: int) -> float | None:
-    """Mean exact-match rate over every finished query of ``method`` at ``length`` (None when none finished)."""
-    hits = []
+def _answers(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> list[dict]:
+    """Every finished answer of ``method`` at ``length``."""
+    out = []
     params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
     for spec in preset.contexts:
-        for s in range(spec.seeds):
+        for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat))
             if v is not None:
-                hits += [a["correct"] for a in v["answers"]]
-    return sum(hits) / len(hits) if hits else None
+                out += v["answers"]
+    return out
 
 
-def _pruned(store, m: _Model, preset: SuitePreset, method: str, length: int) -> str | None:
+def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> float | None:
+    """The informative retrieval score (:func:`posenc.hf.suite.results.informative_kinds`) of the finished
+    answers of ``method`` at ``length`` (None when none finished)."""
+    from posenc.hf.suite.results import informative_kinds, pooled, task_counts
+
+    kinds = informative_kinds(task_counts(_answers(store, m, preset, preset.methods[0], preset.reference_length)))
+    got = pooled(task_counts(_answers(store, m, preset, method, length)), kinds)
+    return got["value"] if got["n"] else None
+
+
+def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:
     """Why ``method`` is left out at ``length`` (None: it runs)."""
     if preset.prune_from is None or length < preset.prune_from or method == preset.methods[0]:
         return None
@@ -209,9 +102,12 @@ def run_suite(preset: SuitePreset, out_dir, *, progress: bool = True, log: Calla
         if preset.threads:
             torch.set_num_threads(preset.threads)
         try:
-            m = _load(preset.model)
+            from posenc.hf.suite.calibration import resolve
+
+            m = load_facts(preset.model)
             store = CellStore(out / "cells")
             t0 = time.perf_counter()
+            preset = resolve(preset, m, store, log)
             skipped = run_cells(preset, m, store, progress=progress, log=log, pruned=_pruned)
             elapsed = time.perf_counter() - t0
             return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed)

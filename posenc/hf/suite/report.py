@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from posenc._figures import new_figure
-from posenc.hf.suite.tasks import QUERY_KINDS
+from posenc._figures import new_figure, save_png
+from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 from posenc.scheme.methods import is_identity
 
 __all__ = ["Table", "render_html", "render_markdown", "write_report"]
@@ -122,8 +122,6 @@ def _colors(methods: list[str]) -> dict[str, tuple]:
 
 def plot_effective(results: dict, path: Path) -> Path:
     """Headline: effective length per method (bars), the reference and the threshold in the title."""
-    from posenc.lab.atomic import save_figure
-
     methods, lengths, _ = _grid(results)
     eff = results.get("effective", {})
     ref = results.get("reference", {})
@@ -143,13 +141,11 @@ def plot_effective(results: dict, path: Path) -> Path:
     ax.set_title(f"effective context length (retrieval >= {thr:.2f} = {ref.get('fraction')} x untouched at "
                  f"{_k(ref.get('length', 0))}); dashed: trained length" if thr is not None else "effective length",
                  fontsize=9)
-    return save_figure(fig, path, dpi=110)
+    return save_png(fig, path, 110)
 
 
 def plot_lines(results: dict, path: Path) -> Path:
     """Retrieval (with Wilson bands) and target perplexity against length, one line per method."""
-    from posenc.lab.atomic import save_figure
-
     methods, lengths, by = _grid(results)
     colors = _colors(methods)
     fig, (a1, a2) = new_figure(11, 4.2, 1, 2)
@@ -173,14 +169,11 @@ def plot_lines(results: dict, path: Path) -> Path:
     a2.set_yscale("log")
     a1.set_ylim(-0.03, 1.03)
     a2.legend(fontsize=7, ncol=2, loc="upper left")
-    return save_figure(fig, path, dpi=110)
+    return save_png(fig, path, 110)
 
 
 def plot_depth(results: dict, path: Path) -> Path | None:
     """Accuracy by needle depth (fifths) x length, one heatmap per method, retrieval kinds pooled."""
-    from posenc.hf.suite.results import RETRIEVAL_KINDS
-    from posenc.lab.atomic import save_figure
-
     methods, lengths, _ = _grid(results)
     rows = [r for r in results.get("retrieval", []) if r["task"] in RETRIEVAL_KINDS]
     if not rows:
@@ -205,7 +198,7 @@ def plot_depth(results: dict, path: Path) -> Path | None:
         ax.set_visible(False)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="accuracy (needle depth x length)")
-    return save_figure(fig, path, dpi=100)
+    return save_png(fig, path, 100)
 
 
 # ------------------------------------------------------------------------------------------------ pages
@@ -216,6 +209,8 @@ def _summary(results: dict) -> list[str]:
         lines.append(f"Reference: the untouched model's retrieval at {_k(ref['length'])} is {ref['retrieval']:.2f}; "
                      f"a length counts as effective while retrieval stays >= {ref['fraction']} x that = "
                      f"{ref['threshold']:.2f} at every length up to it (RULER's definition, arXiv 2404.06654).")
+        lines.append("Retrieval pools the kinds the untouched model solves above chance at the reference length: "
+                     + ", ".join(ref.get("kinds", [])) + " (every kind is in the per-task tables).")
     for method, why in sorted(results["meta"].get("left_out", {}).items()):
         lines.append(f"Left out: {method} ({why}).")
     return lines

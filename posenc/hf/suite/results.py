@@ -7,8 +7,11 @@ model's name, ``passkey`` the pass-key accuracy):
 - ``ppl``/``loss``/``accuracy``: the target passages of the book contexts (the same tokens at every length),
   geometric mean over seeds; ``ppl_interval``: 95% t interval over the passages' 64-token blocks;
 - ``tasks``: per query kind, ``k`` right of ``n``, Wilson 95% interval, chance;
-- ``retrieval``: the retrieval kinds pooled (``passkey``, ``niah_mk``, ``niah_mq``, ``niah_mv``), the score
-  effective length is judged on, with its Wilson interval;
+- ``retrieval``: the *informative* retrieval kinds pooled, the score effective length is judged on, with its
+  Wilson interval. A retrieval kind (``passkey``, ``niah_mk``, ``niah_mq``, ``niah_mv``) is informative when the
+  untouched model solves it above chance at the reference length (the lower end of its Wilson interval above the
+  chance level): a task the model cannot do within its trained context says nothing about losing context, and
+  pooled in it would only add noise (:func:`informative_kinds`; ``reference.kinds`` names them);
 - cost: ``prefill_s`` (mean seconds per prefill), ``peak_rss_mb`` (largest process peak during a prefill),
   ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load).
 
@@ -25,11 +28,9 @@ import math
 import statistics
 from pathlib import Path
 
-from posenc.hf.suite.tasks import QUERY_KINDS
+from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 
-__all__ = ["RETRIEVAL_KINDS", "aggregate", "write_results"]
-
-RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv")
+__all__ = ["aggregate", "informative_kinds", "write_results"]
 DEPTH_BINS = 5
 
 
@@ -41,39 +42,58 @@ def _interval(k: int, n: int) -> dict:
 
 
 def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
-    from posenc.hf.suite.grid import cell_key, method_params
+    from posenc.hf.suite.spec import cell_key, method_params
 
     params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
     out = []
     for spec in preset.contexts:
         if spec.max_length is not None and n > spec.max_length:
             continue
-        for s in range(spec.seeds):
+        for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat))
             if v is not None:
                 out.append((spec, s, v))
     return out
 
 
-def _record(name: str, m, preset, method: str, n: int, cells: list[tuple]) -> dict:
-    """The EvalRecord row of one (method, length)."""
-    from posenc.hf.suite.grid import method_params
-    from posenc.lab.records import EvalRecord
-    from posenc.lab.stats import ppl_interval
-
-    answers = [a for _, _, v in cells for a in v["answers"]]
-    targets = [v["target"] for _, _, v in cells if v.get("target")]
+def task_counts(answers: list[dict]) -> dict:
+    """Per query kind: ``k`` right of ``n`` with its Wilson interval and the chance level."""
     tasks = {}
     for kind in QUERY_KINDS:
         got = [a for a in answers if a["kind"] == kind]
         if got:
             tasks[kind] = {**_interval(sum(a["correct"] for a in got), len(got)), "chance": got[0]["chance"]}
-    ret = [a for a in answers if a["kind"] in RETRIEVAL_KINDS]
+    return tasks
+
+
+def informative_kinds(reference_tasks: dict) -> tuple[str, ...]:
+    """The retrieval kinds the untouched model solves above chance at the reference length (Wilson lower end >
+    chance); all retrieval kinds present when none is (the report then says effective length means nothing)."""
+    good = tuple(k for k in RETRIEVAL_KINDS if k in reference_tasks and reference_tasks[k]["n"]
+                 and reference_tasks[k]["lo"] > reference_tasks[k]["chance"])
+    return good or tuple(k for k in RETRIEVAL_KINDS if k in reference_tasks)
+
+
+def pooled(tasks: dict, kinds) -> dict:
+    """``k``/``n`` and Wilson interval of ``kinds`` pooled."""
+    k = sum(tasks[x]["k"] for x in kinds if x in tasks)
+    return _interval(k, sum(tasks[x]["n"] for x in kinds if x in tasks))
+
+
+def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds) -> dict:
+    """The EvalRecord row of one (method, length)."""
+    from posenc.hf.suite.spec import method_params
+    from posenc.lab.records import EvalRecord
+    from posenc.lab.stats import ppl_interval
+
+    answers = [a for _, _, v in cells for a in v["answers"]]
+    targets = [v["target"] for _, _, v in cells if v.get("target")]
+    tasks = task_counts(answers)
     loss = statistics.fmean(t["loss"] for t in targets) if targets else None
     blocks = [b for t in targets for b in t["block_losses"]]
     pk = tasks.get("passkey")
     decode_s = sum(v["decode_s"] for _, _, v in cells)
-    extra = {"retrieval": _interval(sum(a["correct"] for a in ret), len(ret)), "tasks": tasks,
+    extra = {"retrieval": pooled(tasks, kinds), "tasks": tasks,
              "ppl_interval": ppl_interval(blocks, over="64-token blocks").to_dict() if len(blocks) > 1 else None,
              "prefill_s": statistics.fmean(v["prefill_s"] for _, _, v in cells),
              "peak_rss_mb": max((v["peak_rss_mb"] or 0) for _, _, v in cells) or None,
@@ -113,14 +133,16 @@ def aggregate(preset, m, store, *, skipped: dict, name: str) -> dict:
     """``{"records", "retrieval", "effective", "reference"}`` from the finished cells."""
     from posenc.hf.suite.score import effective_length
 
+    base = preset.methods[0]  # the untouched model
+    ref_cells = _cells_of(store, m, preset, base, preset.reference_length)
+    kinds = informative_kinds(task_counts([a for _, _, v in ref_cells for a in v["answers"]]))
     records, retrieval = [], []
     for method in preset.methods:
         for n in sorted(preset.lengths):
             cells = _cells_of(store, m, preset, method, n)
             if cells:
-                records.append(_record(name, m, preset, method, n, cells))
+                records.append(_record(name, m, preset, method, n, cells, kinds))
                 retrieval += _depth_records(name, m, method, n, cells)
-    base = preset.methods[0]  # the untouched model
     ref_rec = next((r for r in records if r["method"] == base and r["eval_len"] == preset.reference_length), None)
     ref = ref_rec["retrieval"]["value"] if ref_rec else None
     threshold = preset.threshold * ref if ref is not None else None
@@ -131,7 +153,7 @@ def aggregate(preset, m, store, *, skipped: dict, name: str) -> dict:
         eff = effective_length(scores, threshold) if threshold is not None and scores else None
         effective[method] = {"effective_length": eff, "scores": {str(k): v for k, v in sorted(scores.items())},
                              "left_out": left_out, "complete": not left_out and len(scores) == len(preset.lengths)}
-    reference = {"method": base, "length": preset.reference_length, "retrieval": ref,
+    reference = {"method": base, "length": preset.reference_length, "retrieval": ref, "kinds": list(kinds),
                  "fraction": preset.threshold, "threshold": threshold}
     return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference}
 
@@ -144,10 +166,11 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
 
     name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
     body = aggregate(preset, m, store, skipped=skipped, name=name)
-    total = sum(v.get("seconds", 0.0) for _, v in store.items())
+    cells = [v for k, v in store.items() if "method" in k]  # (the store also keeps calibrations)
+    total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
-            "left_out": skipped, "cells": len(store), "cell_seconds_total": round(total, 1),
+            "left_out": skipped, "cells": len(cells), "cell_seconds_total": round(total, 1),
             "this_sitting_seconds": round(run_seconds, 1)}
     results = {"meta": meta, **body}
     out.mkdir(parents=True, exist_ok=True)

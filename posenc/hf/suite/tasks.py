@@ -34,9 +34,11 @@ from dataclasses import dataclass
 
 from posenc.hf.suite.words import ADJECTIVES, NOUNS
 
-__all__ = ["GENERATORS", "KeyPool", "Needle", "QUERY_KINDS", "Query", "TASK_HEADERS"]
+__all__ = ["GENERATORS", "KeyPool", "Needle", "QUERY_KINDS", "Query", "RETRIEVAL_KINDS", "TASK_HEADERS"]
 
 QUERY_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv")
+"""The kinds that find a needle (the suite's retrieval score and effective length); vt traces, cwe aggregates."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""posenc._atomic / posenc.lab.atomic: a full disk leaves the previous file intact and names the file; every
+results, report, JSON and PNG writer goes through it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import posenc._atomic as A
+from posenc.lab.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FULL_DISK = r"""
+import json, os, sys
+from pathlib import Path
+from posenc.lab.atomic import atomic_write_json
+from posenc.lab.report import write_report
+
+disk = Path(sys.argv[1])
+old = {"meta": {"preset": "old"}, "records": [], "retrieval": []}
+atomic_write_json(disk / "results.json", old)
+write_report(old, disk)  # report.md, report.html and the (empty) plots of the old results
+before = {p.name: p.read_bytes() for p in disk.iterdir()}
+fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # fill the file system to the last few kB
+try:
+    while True:
+        os.write(fd, b"x" * 4096)
+except OSError:
+    pass
+os.close(fd)
+os.truncate(disk / "filler", os.path.getsize(disk / "filler") - 8192)
+new = {"meta": {"preset": "new", "pad": "y" * 200_000}, "records": [], "retrieval": []}
+errors = []
+for write in (lambda: atomic_write_json(disk / "results.json", new), lambda: write_report(new, disk)):
+    try:
+        write()
+        errors.append(None)
+    except OSError as exc:
+        errors.append([exc.errno, str(exc)])
+after = {p.name: p.read_bytes() for p in disk.iterdir() if p.name != "filler"}
+print(json.dumps({"errors": errors, "same": after == before,
+                  "results_ok": json.loads((disk / "results.json").read_text())["meta"]["preset"]}))
+"""
+
+
+def test_a_full_tmpfs_keeps_the_previous_results_json_and_report_and_names_the_file(tmp_path):
+    """A real full file system: a 1 MiB tmpfs mounted in a user+mount namespace (``unshare -rm``)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) is not installed; test_full_disk_simulated covers the same path")
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"user namespaces are not available here ({probe.stderr.decode().strip()}); "
+                    f"test_full_disk_simulated covers the same path")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    cmd = f"mount -t tmpfs -o size=1m tmpfs {disk} && {sys.executable} -c \"$SCRIPT\" {disk}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], env={**env, "SCRIPT": FULL_DISK}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    (code, msg), (code2, msg2) = out["errors"]
+    assert code == errno.ENOSPC and f"could not write {disk}/results.json: No space left on device" in msg
+    assert code2 == errno.ENOSPC and f"could not write {disk}/" in msg2  # the first report file that did not fit
+    assert out["same"] and out["results_ok"] == "old"  # nothing torn, no temp file left behind
+
+
+def test_full_disk_simulated(tmp_path, monkeypatch):
+    """ENOSPC at the write itself (monkeypatched), for machines without user namespaces."""
+    path = tmp_path / "results.json"
+    atomic_write_json(path, {"v": 1})
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(A.os, "fdopen", lambda fd, *a, **kw: Full(real(fd, *a, **kw)))
+    with pytest.raises(OSError, match=rf"could not write {path}: No space left on device \(the disk is full"):
+        atomic_write_json(path, {"v": 2})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_cli_prints_a_full_disk_as_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    from posenc.cli import main
+
+    def full(path, data):
+        raise A._named(OSError(errno.ENOSPC, "No space left on device"), Path(path))
+
+    monkeypatch.setattr(A, "atomic_write_bytes", full)  # what save_png writes through
+    assert main(["plot", "decay", "--out", str(tmp_path / "e.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("posenc: error: [Errno 28] could not write ") and err.endswith(
+        "e.png: No space left on device (the disk is full: free space, or write elsewhere)")
+
+
+def test_stale_temp_files_are_removed_by_name(tmp_path):
+    for name in (".results.json.ab_12.tmp", ".model.safetensors.zz.tmp", "keep.tmp", ".other.x.tmp"):
+        (tmp_path / name).write_text("x")
+    assert {p.name for p in remove_stale_temps(tmp_path, ["model.safetensors", "results.json"])} == {
+        ".results.json.ab_12.tmp", ".model.safetensors.zz.tmp"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.x.tmp", "keep.tmp"]
+
+
+def test_writing_over_a_folder_is_refused_by_name(tmp_path):
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(IsADirectoryError, match="out.json: it is a folder"):
+        atomic_write_bytes(tmp_path / "out.json", b"{}")
+
+
+def test_every_writer_of_results_and_reports_is_atomic():
+    """No `write_text`/`write_bytes`/`savefig(path)` left in the package's writers of user-facing files."""
+    offenders = []
+    for path in sorted((ROOT / "posenc").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py")):
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if (".write_text(" in line or ".write_bytes(" in line) and "clear_refs" not in line:
+                offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert offenders == []

@@ -1,0 +1,292 @@
+"""posenc.lab.checkpoint's commit protocol: a kill between any two renames leaves the previous or the new
+checkpoint loadable, resuming after it gives the uninterrupted run bit for bit, stale temp files go, a
+damaged config.json or a full disk is a ValueError/OSError naming the file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import corpus, params_of, tiny  # noqa: F401 - corpus is a fixture
+
+from posenc.lab import checkpoint as C
+from posenc.lab.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+N_RENAMES = 8  # 4 files staged into .pending/ (config.json last: the commit point), then 4 moved into the folder
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing runs after it in the commit (no cleanup), like a real kill."""
+
+
+def _stopping_os(at: int):
+    """A stand-in for the ``os`` module of posenc.lab.checkpoint whose ``replace`` raises :class:`Killed`
+    instead of doing rename number ``at`` (1-based; ``N_RENAMES + 1``: after the last one, before the
+    staging folder is removed)."""
+    calls = []
+
+    def replace_(src, dst):
+        calls.append((Path(src).name, Path(dst).parent.name))
+        if len(calls) == at:
+            raise Killed(f"before rename {at}: {calls[-1]}")
+        os.replace(src, dst)
+
+    def fsync_or_kill(*a, **kw):
+        if len(calls) == N_RENAMES and at == N_RENAMES + 1:
+            raise Killed("after the last rename")
+        return None
+
+    fake = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
+    fake.replace = replace_
+    return fake, calls, fsync_or_kill
+
+
+@pytest.fixture
+def runs(corpus, tmp_path):  # noqa: F811 - the corpus fixture
+    """``(cfg, make)``: the uninterrupted run of ``cfg`` (6 steps, a checkpoint every 3), and ``make(name)``,
+    which gives a folder holding the same run's checkpoint at step 3 (the previous checkpoint)."""
+    cfg = tiny(corpus, tmp_path / "full", steps=6, save_every=3)
+    train(cfg, progress=False)
+    prev = tmp_path / "prev"
+
+    def stop_at_4(step, loss):
+        if step == 4:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(replace(cfg, out_dir=str(prev)), progress=False, on_step=stop_at_4)
+    assert C.read_train_state(prev)["step"] == 3
+
+    def make(name: str):
+        shutil.copytree(prev, tmp_path / name)
+        return replace(cfg, out_dir=str(tmp_path / name))
+
+    return cfg, make
+
+
+@pytest.mark.parametrize("at", range(1, N_RENAMES + 2))
+def test_a_kill_at_each_rename_of_a_commit_leaves_a_loadable_checkpoint_and_resume_is_exact(runs, monkeypatch, at):
+    cfg, make = runs
+    run = make(f"killed{at}")
+    fake, calls, fsync = _stopping_os(at)
+    monkeypatch.setattr(C, "os", fake)
+    monkeypatch.setattr(C, "fsync_dir", fsync)
+    with pytest.raises(Killed):
+        train(run, progress=False)  # resumes at step 3; the commit of step 6 (finished) is killed
+    monkeypatch.undo()
+    # the previous checkpoint (step 3) until the new one is staged complete, the new one (step 6) after
+    state = C.load_checkpoint(run.out_dir, restore_rng=False)["train_state"]
+    assert state["step"] == (3 if at <= 4 else 6), (at, calls)
+    assert C.load_model(run.out_dir) is not None
+    resumed = train(run, progress=False)  # finishes the commit (or the training) and leaves a clean folder
+    assert resumed["steps"] == 6
+    assert not (Path(run.out_dir) / C.PENDING).exists()
+    assert not list(Path(run.out_dir).glob(".*.tmp"))
+    full, got = params_of(cfg.out_dir), params_of(run.out_dir)
+    assert all(torch.equal(full[k], got[k]) for k in full)
+    assert C.read_train_state(run.out_dir)["history"] == C.read_train_state(cfg.out_dir)["history"]
+
+
+KILL_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from dataclasses import replace
+from posenc.lab import checkpoint as C
+from posenc.lab.train import TrainConfig, train
+import json
+cfg = TrainConfig(**json.loads(sys.argv[1]))
+at = int(sys.argv[2])
+real, n = os.replace, [0]
+def replace_(src, dst):
+    n[0] += 1
+    if n[0] == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+class OS:  # the checkpoint module's os, with replace counted
+    def __getattr__(self, k):
+        return getattr(os, k)
+o = OS()
+o.replace = replace_
+C.os = o
+train(cfg, progress=False)
+"""
+
+
+@pytest.mark.parametrize("at", [3, 6])
+def test_a_real_sigkill_inside_a_commit_leaves_a_loadable_checkpoint(runs, at):
+    """The same as above with the process really killed (SIGKILL) before rename ``at``; its lock goes with it."""
+    cfg, make = runs
+    run = make(f"sigkill{at}")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", KILL_CHILD, json.dumps(run.to_dict()), str(at)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert C.read_train_state(run.out_dir)["step"] == (3 if at <= 4 else 6)
+    assert train(run, progress=False)["steps"] == 6  # the lock died with the process
+    full, got = params_of(cfg.out_dir), params_of(run.out_dir)
+    assert all(torch.equal(full[k], got[k]) for k in full)
+
+
+def test_a_kill_while_writing_a_file_leaves_the_previous_checkpoint_and_the_temp_file_is_cleaned(runs, monkeypatch):
+    cfg, make = runs
+    run = make("torn")
+    real = C.write_temp
+
+    def torn(folder, name, data, mode=0o644):
+        if name == C.STATE_FILE:  # half written, then killed: the temp file stays behind
+            (Path(folder) / f".{name}.abc123.tmp").write_bytes(data[: len(data) // 2])
+            raise Killed
+        return real(folder, name, data, mode)
+
+    monkeypatch.setattr(C, "write_temp", torn)
+    with pytest.raises(Killed):
+        train(run, progress=False)
+    monkeypatch.undo()
+    folder = Path(run.out_dir)
+    assert list((folder / C.PENDING).glob(".*.tmp"))  # what a kill leaves
+    assert C.read_train_state(folder)["step"] == 3
+    (folder / ".model.safetensors.zz9.tmp").write_bytes(b"partial")  # another stale one, in the folder itself
+    train(run, progress=False)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [".posenc.lock", "config.json", "model.safetensors", "train_state.json", "train_state.safetensors"])
+    full, got = params_of(cfg.out_dir), params_of(folder)
+    assert all(torch.equal(full[k], got[k]) for k in full)
+
+
+def test_reading_never_changes_an_interrupted_commit(runs, monkeypatch):
+    """Loading a folder whose commit stopped half-way reads the new checkpoint from both places and writes
+    nothing; only the writer (under the lock) finishes the commit."""
+    _, make = runs
+    run = make("readonly")
+    fake, _, fsync = _stopping_os(6)
+    monkeypatch.setattr(C, "os", fake)
+    monkeypatch.setattr(C, "fsync_dir", fsync)
+    with pytest.raises(Killed):
+        train(run, progress=False)
+    monkeypatch.undo()
+    folder = Path(run.out_dir)
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert C.has_checkpoint(folder) and C.read_config(folder)["extra"]["train"]["steps"] == 6
+    C.load_checkpoint(folder, restore_rng=False)
+    C.model_digest(folder)
+    assert {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert C.recover(folder) == [f"finished the interrupted commit of {folder}"]
+    assert C.recover(folder) == []
+
+
+@pytest.mark.parametrize("damage, expect", [
+    ({"checkpoint": None}, "damaged 'checkpoint' section"),
+    ({"checkpoint": {"files": []}}, "damaged 'checkpoint' section"),
+    ({"checkpoint": {"files": {"model.safetensors": {"bytes": "x"}}}}, "damaged 'checkpoint.files' entry"),
+    ({"extra": 3}, "'extra' 3, not an object"),
+    ({"extra": {"train": None}}, "'extra.train'"),
+])
+def test_a_damaged_config_json_is_a_value_error_naming_it(corpus, tmp_path, damage, expect):  # noqa: F811
+    cfg = tiny(corpus, tmp_path / "run", steps=2)
+    train(cfg, progress=False)
+    path = Path(cfg.out_dir) / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **damage}))
+    for load in (C.load_model, C.load_checkpoint, C.read_train_state):
+        with pytest.raises(ValueError, match=rf"config\.json has .*{expect}"):
+            load(cfg.out_dir)
+    with pytest.raises(ValueError, match=rf"config\.json has .*{expect}"):
+        train(cfg, progress=False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "posenc", "train", "--out", cfg.out_dir, "--corpus", corpus,
+                           "--steps", "2"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "config.json has" in proc.stderr
+
+
+def test_a_full_disk_while_saving_names_the_file_and_keeps_the_previous_checkpoint(runs, monkeypatch):
+    """ENOSPC simulated at the write of the weights (a real full file system: tests/test_atomic.py)."""
+    _, make = runs
+    run = make("nospace")
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd, *a, **kw):
+        return Full(real_fdopen(fd, *a, **kw))
+
+    import posenc._atomic as A
+
+    monkeypatch.setattr(A.os, "fdopen", fdopen)
+    with pytest.raises(OSError, match=r"could not write .*\.pending/model\.safetensors: No space left on device"):
+        train(run, progress=False)
+    monkeypatch.undo()
+    assert C.read_train_state(run.out_dir)["step"] == 3
+    assert not list(Path(run.out_dir).rglob("*.tmp"))
+
+
+def test_two_writers_of_one_run_folder(corpus, tmp_path):  # noqa: F811
+    """A second `posenc train` into a folder that a first one is writing gets one line naming the first."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "two"
+    hold = textwrap.dedent(f"""
+        import sys, time
+        from posenc.lab import train as T
+        real = T._model_and_state
+        def slow(*a, **kw):
+            print("training", flush=True)
+            time.sleep(60)
+        T._model_and_state = slow
+        T.train(T.TrainConfig(out_dir={str(out)!r}, corpus={corpus!r}, dim=32, n_layers=1, n_heads=2,
+                              train_len=32, batch_size=4, steps=2), progress=False)
+    """)
+    first = subprocess.Popen([sys.executable, "-c", hold], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "training"
+        proc = subprocess.run([sys.executable, "-m", "posenc", "train", "--out", str(out), "--corpus", corpus,
+                               "--seed", "1", "--steps", "2"], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"run folder '{out}' is in use by another posenc process (pid {first.pid}" in proc.stderr
+        assert not C.has_checkpoint(out)
+    finally:
+        first.kill()
+        first.wait()
+    cfg = tiny(corpus, out, steps=2)
+    assert train(cfg, progress=False)["steps"] == 2  # the killed holder left no stale lock
+
+
+def test_a_weights_only_save_over_a_full_checkpoint_drops_the_old_train_state(corpus, tmp_path):  # noqa: F811
+    """Files of the previous checkpoint that the new one does not have are not read as part of it."""
+    cfg = tiny(corpus, tmp_path / "run", steps=2)
+    train(cfg, progress=False)
+    model = C.load_model(cfg.out_dir)
+    C.save_checkpoint(cfg.out_dir, model, model.cfg)  # weights only
+    assert C.read_train_state(cfg.out_dir) == {} and C.load_checkpoint(cfg.out_dir)["train_state"] == {}
+    assert not (Path(cfg.out_dir) / C.STATE_JSON).exists()
+
+
+def test_a_listed_state_file_that_is_missing_is_an_error_not_a_fresh_start(corpus, tmp_path):  # noqa: F811
+    cfg = tiny(corpus, tmp_path / "run", steps=4, save_every=2)
+    with pytest.raises(Killed):
+        train(cfg, progress=False, on_step=lambda step, loss: (_ for _ in ()).throw(Killed) if step == 3 else None)
+    (Path(cfg.out_dir) / C.STATE_JSON).unlink()
+    with pytest.raises(ValueError, match=r"train_state\.json is missing"):
+        train(cfg, progress=False)
