@@ -83,8 +83,7 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     reach = q_start + Nq if window is None else min(window, q_start + Nq)  # distances 0..reach-1 occur
     if profile.dim() != 2 or profile.shape[0] != H or profile.shape[1] < reach:
         raise ValueError(f"profile must be [H={H}, >= {reach}], got {tuple(profile.shape)}")
-    C = chunk or default_chunk(Nq, window)
-    C = max(1, min(C, Nq))
+    C = max(1, min(chunk or default_chunk(Nq, window), Nq))
     # g[u] = f(u - (C - 1)); the largest index any chunk reads is C - 1 + (keys per chunk - 1) + min_distance
     span = Nk if window is None else min(Nk, C + window - 1)
     neg = torch.full((H, C - 1), float("-inf"), dtype=q.dtype, device=q.device)
@@ -102,8 +101,7 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     for s in range(0, Nq, C):
         e = min(Nq, s + C)
         c, m1 = e - s, q_start + e  # queries at positions m1 - c .. m1 - 1
-        lo = 0 if window is None else max(0, m1 - c - window + 1)  # first key any query of the chunk sees
-        lo = max(lo, key_start)
+        lo = max(key_start, 0 if window is None else m1 - c - window + 1)  # first key any query of the chunk sees
         hi = m1 - min_distance  # keys [lo, hi)
         if hi <= lo:  # no query of the chunk sees a key
             out[:, :, s:e] = 0
