@@ -250,7 +250,7 @@ def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: 
 
 
 def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repeats=None, methods=None,
-        decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print) -> dict:
+        decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print, save=None) -> dict:
     """The whole grid (``quick``: 2 layers' worth of nothing heavy: 1 layer, 512 and 2048 tokens, 8 decode
     steps, one repeat, three methods)."""
     torch.manual_seed(0)
@@ -278,6 +278,13 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
             res["untouched_gflops"] = forward_flops(cfg, n_tok, n_layers) / best / 1e9
             res["untouched_fraction_of_peak"] = res["untouched_gflops"] / peak
         out["lengths"][str(n_tok)] = res
+        if save is not None:  # what is measured so far, after every length (a long run stopped keeps it)
+            save(_finish(out, t0))
+    return _finish(out, t0)
+
+
+def _finish(out: dict, t0: float) -> dict:
+    """``out`` with its wall time, end load and flat summary (median ratios) filled in."""
     out["wall_s"] = time.perf_counter() - t0
     out["loadavg_end"] = list(os.getloadavg())
     out["summary"] = {f"{n_tok}.{label}.{k}": (v or {}).get("median")
@@ -303,7 +310,7 @@ def main(argv=None) -> int:
     ints = (lambda s: [int(x) for x in s.split(",")] if s else None)
     res = run(quick=a.quick, layers=a.layers or None, lengths=ints(a.lengths), repeats=ints(a.repeats),
               methods=a.methods.split(",") if a.methods else None, decode=a.decode, exact_prefill=a.exact_prefill,
-              synthetic=a.decode_only)
+              synthetic=a.decode_only, save=lambda r: write_json(a.name, r, a.out))
     path = write_json(a.name, res, a.out)
     print(json.dumps({"machine": machine_info(), "summary": res["summary"]}, indent=1, default=str))
     print(f"wrote {path}")

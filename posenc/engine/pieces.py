@@ -5,8 +5,7 @@ PyTorch's ``scaled_dot_product_attention`` (and the CPU flash op it runs) takes 
 (``enable_gqa``), so no backend copies the keys and values per query head. For a few queries (a decode step)
 the query heads of one key head are *packed* as rows of that key head instead, ``[B,H,Nq,D] ->
 [B,Hk,(H/Hk)*Nq,D]`` (transformers' ``pack_gqa`` does the same for one query): the kernel then reads each key
-block once for the whole group, where its GQA path reads it once per query head; measured on the 2-core CPU
-of ``benchmarks/bench_real_model.py``, a 32k-token decode step's attention takes about half the time.
+block once for the whole group, where its GQA path reads it once per query head.
 """
 
 from __future__ import annotations
