@@ -243,7 +243,7 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
         log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,
                   "; ".join(f"{n}: {why}" for n, why in declined) or "none")
     out = run_backend(backend, call, scale)
-    if not math.isfinite(float(q.sum())):  # NaN/inf in a query row gives a NaN output row, on every path
+    if not math.isfinite(float(q.detach().sum())):  # NaN/inf in a query row gives a NaN output row, on every path
         out = out.masked_fill(~torch.isfinite(q).all(dim=-1)[..., None], float("nan"))  # [B,H,Nq,1]
     return out
 
