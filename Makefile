@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 PRESET  ?= quick
 OUT     ?= runs/bench-$(PRESET)
 
-.PHONY: venv test test-slow docs lint bench perf fuzz clean
+.PHONY: venv test test-slow docs lint bench perf perf-real fuzz clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,11 @@ bench: $(STAMP)
 
 perf: $(STAMP)
 	$(VPY) -m benchmarks.run_all
+
+# the real-model grid alone (SmolLM2-135M, every method against the untouched model); ARGS e.g.
+# ARGS="--layers 1 --lengths 2048,16384 --repeats 2,1"
+perf-real: $(STAMP)
+	$(VPY) -m benchmarks.bench_real_model $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

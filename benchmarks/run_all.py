@@ -15,7 +15,8 @@ from pathlib import Path
 from benchmarks.common import RESULTS, machine_info, write_json
 from posenc.lab.atomic import atomic_write_text
 
-MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation")
+MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation",
+           "bench_real_model")
 
 
 def _fmt(v) -> str:

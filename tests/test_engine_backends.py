@@ -63,7 +63,8 @@ def test_why_not_says_why(name):
 def test_auto_order_is_the_documented_one():
     assert [(r.backend, r.prefer is None) for r in AUTO_ORDER] == [
         ("toeplitz", False), ("sinks", False), ("sdpa", False), ("flex", False), ("band", False),
-        ("sinks", False), ("chunks", False), ("blockwise", False), ("reference", True)]
+        ("sinks", False), ("chunks", False), ("blockwise", False), ("band", False), ("chunks", False),
+        ("reference", True)]
     assert [r.backend for r in FALLBACKS["flex"]] == ["band", "sinks", "chunks", "blockwise"]
     assert [r.backend for r in FALLBACKS["sdpa"]] == ["blockwise"]
     assert FALLBACKS["toeplitz"] == AUTO_ORDER[2:]

@@ -104,12 +104,13 @@ class Case:
         return (_sinks_reason(BY_NAME[name], call) or BY_NAME[name].why_not(call)) is None
 
     def direct_paths(self):
-        """The band merge and sinks + window backends run directly whenever their own ``why_not`` says they
-        apply (``auto`` reaches them only from 64 queries on, and through ``flex`` only past 256 x 256)."""
+        """The band merge, chunk merge and sinks + window backends run directly whenever their own ``why_not``
+        says they apply (``auto`` reaches them only from 64 queries on or for a few queries, and through ``flex``
+        only past 256 x 256)."""
         out = {}
         with torch.no_grad():
             call = self.call()
-            for name in ("band", "sinks"):
+            for name in ("band", "chunks", "sinks"):
                 if self.applies(name, call):
                     out[name] = run_backend(BY_NAME[name], call)
         return out
@@ -162,6 +163,15 @@ def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, sinks=Fals
 @example(case=_pinned("rope", 80, 80, [0, 79], train_len=16, sinks=True, method=("rerope", {"window": 8})))
 @example(case=_pinned("rope", 70, 90, [3, 0], train_len=16, sinks=True, method=("streaming_llm", {"window": 20})))
 @example(case=_pinned("alibi", 96, 96, [0, 0], torch.bfloat16, train_len=16, sinks=True))
+# decode steps (a few queries after a long cache) with GQA, keys never repeated to the query heads: band's
+# few-query pieces (key slices), chunks, sinks + window and sdpa's key span under a window
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("rerope", {"window": 8})))
+@example(case=_pinned("rope", 3, 90, [0, 0], H=6, Hk=2, train_len=16, method=("rerope", {"window": 8})))
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=3, train_len=16, method=("selfextend", {"window": 8, "group": 4})))
+@example(case=_pinned("rope", 2, 90, [0, 0], H=6, Hk=2, train_len=16, method=("dca", {"chunk": 12, "local": 1})))
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("streaming_llm", {"window": 20})))
+@example(case=_pinned("rope", 4, 90, [0, 0], H=6, Hk=1, train_len=16, method=("sliding_window", {"window": 20})))
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("dynamic_ntk", {})))
 @settings(max_examples=examples(ci=12, fuzz=2500))
 @given(case=cases())
 def test_every_eager_path_equals_reference(case):

@@ -3,16 +3,66 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 
-from posenc.engine.parts import AttentionParts
+from posenc.engine.parts import AttentionParts, expand_kv
+
+_FACTS: dict = {}  # position facts already computed: key of the tensors -> (value, the tensors, kept alive)
+_MAX_FACTS = 32
+
+
+def memo_positions(kind: str, tensors: tuple, compute):
+    """``compute()``, remembered for these position tensors while they are unchanged: the key is each tensor's
+    identity, version counter (bumped by every in-place write), data pointer, shape and strides, and the entry
+    holds the tensors so no identity is reused while it lives. The layers of one forward share their position
+    tensors, so a fact about them (keys at their indices, queries a contiguous run) is computed once per
+    forward, not once per layer. Inference-mode tensors keep no version counter: computed every time."""
+    try:
+        key = (kind,) + tuple((id(t), t._version, t.data_ptr(), tuple(t.shape), t.stride()) for t in tensors)
+    except RuntimeError:
+        return compute()
+    hit = _FACTS.get(key)
+    if hit is not None:
+        return hit[0]
+    value = compute()
+    if len(_FACTS) >= _MAX_FACTS:
+        _FACTS.pop(next(iter(_FACTS)))
+    _FACTS[key] = (value, tensors)
+    return value
+
+
+def _position_run(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
+    Nq, Nk = q_pos.shape[1], k_pos.shape[1]
+    if not bool((k_pos == k_pos[:1]).all() and (q_pos == q_pos[:1]).all()):
+        return None
+    q0 = int(q_pos[0, 0])
+    ok = bool((k_pos[0] == torch.arange(Nk, device=k_pos.device)).all()) and q0 + Nq <= Nk and bool(
+        (q_pos[0] == torch.arange(q0, q0 + Nq, device=q_pos.device)).all())
+    return q0 if ok else None
+
+
+def position_run(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
+    """The first query position when keys sit at ``0..Nk-1`` and queries at a contiguous run
+    ``q0..q0+Nq-1`` with ``q0 + Nq <= Nk``, identically in every row (a full forward, a prefill, or a
+    decode step without padding); None otherwise. The fused CPU paths index keys by position.
+    Remembered per position tensors (:func:`memo_positions`)."""
+    return memo_positions("run", (q_pos, k_pos), lambda: _position_run(q_pos, k_pos))
+
+
+def keys_at_indices(k_pos: torch.Tensor) -> bool:
+    """Every row of ``k_pos [B,Nk]`` is ``0..Nk-1`` (remembered like :func:`position_run`)."""
+    def compute() -> bool:
+        return bool((k_pos == torch.arange(k_pos.shape[1], device=k_pos.device)).all())
+    return memo_positions("indices", (k_pos,), compute)
 
 
 @dataclass(frozen=True, eq=False)
 class AttentionCall:
-    """What every backend reads: the layer's parts, the un-rotated projections (keys and values already
-    repeated to the query heads), the positions, the padding, whether autograd needs this call and, for a
+    """What every backend reads: the layer's parts, the un-rotated projections (keys and values with their own
+    ``Hk`` heads: GQA is not expanded here, see :meth:`expanded`), the positions, the padding, whether autograd
+    needs this call and, for a
     forget-gate scheme (FoX), the cumulative log gates of queries and keys, and learned attention sinks
     (``sink_logits``: one logit per head, a virtual key of value 0 that every query sees; GPT-OSS's ``s_aux``).
 
@@ -24,8 +74,8 @@ class AttentionCall:
 
     parts: AttentionParts
     q: torch.Tensor  # [B,H,Nq,D] un-rotated queries
-    k: torch.Tensor  # [B,H,Nk,D] un-rotated keys, GQA-expanded
-    v: torch.Tensor  # [B,H,Nk,Dv] values, GQA-expanded
+    k: torch.Tensor  # [B,Hk,Nk,D] un-rotated keys; Hk divides H (GQA: query head h reads key head h // (H/Hk))
+    v: torch.Tensor  # [B,Hk,Nk,Dv] values
     q_pos: torch.Tensor  # [B,Nq] long, original token positions
     k_pos: torch.Tensor  # [B,Nk] long
     key_mask: torch.Tensor | None  # [B,Nk] bool, True = real token; None = no padding
@@ -47,12 +97,38 @@ class AttentionCall:
         return self.q.shape[1]
 
     @property
+    def Hk(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def n_rep(self) -> int:
+        """Query heads per key/value head (1 without GQA)."""
+        return self.q.shape[1] // self.k.shape[1]
+
+    @property
     def Nq(self) -> int:
         return self.q.shape[2]
 
     @property
     def Nk(self) -> int:
         return self.k.shape[2]
+
+    @cached_property
+    def q_run(self) -> int | None:
+        """:func:`position_run` of the call's positions (the first query position, or None)."""
+        return position_run(self.q_pos, self.k_pos)
+
+    @cached_property
+    def keys_are_indices(self) -> bool:
+        """Key positions are ``0..Nk-1`` in every row (keys then rotate from a table's rows as a view)."""
+        return keys_at_indices(self.k_pos)
+
+    def expanded(self) -> AttentionCall:
+        """This call with keys and values repeated to the query heads (``[B,H,Nk,D]``), for the paths that read
+        keys per query head (:meth:`posenc.engine.backends.base.Backend.gqa`); itself without GQA."""
+        if self.n_rep == 1:
+            return self
+        return replace(self, k=expand_kv(self.k, self.H), v=expand_kv(self.v, self.H))
 
     def scheduled(self, freqs, q_scale: torch.Tensor) -> AttentionCall:
         """This call with its schedule's frequencies and query scale filled in."""

@@ -56,6 +56,7 @@ An explicit name runs that backend, or where it cannot compute the call exactly,
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,8 +66,8 @@ from posenc._util import as_positions, check_finite
 from posenc.engine.backends import BACKENDS, BY_NAME, Backend
 from posenc.engine.backends import sdpa as sdpa_backend
 from posenc.engine.backends.toeplitz import TOEPLITZ_MIN_QUERIES
-from posenc.engine.call import AttentionCall
-from posenc.engine.parts import AttentionParts, expand_kv
+from posenc.engine.call import AttentionCall, memo_positions
+from posenc.engine.parts import AttentionParts
 from posenc.engine.scores import query_scale
 
 IMPLS = ("auto",) + tuple(b.name for b in BACKENDS)
@@ -113,6 +114,26 @@ def _long_fused(call: AttentionCall, route: str) -> str | None:
     return None
 
 
+def _few_fused(call: AttentionCall, route: str) -> str | None:  # noqa: ARG001 - any size route
+    """band, chunks and sinks for a few queries at inference (a decode step): their pieces read and rotate
+    only the keys each branch covers, where the materialised reference rotates every key once per branch
+    (and sdpa, for sinks + window, every key)."""
+    if call.needs_grad:
+        return "autograd: the size route decides"
+    if call.Nq >= TOEPLITZ_MIN_QUERIES:
+        return f"{call.Nq} queries >= TOEPLITZ_MIN_QUERIES: the size route decides"
+    return None
+
+
+def _sinks_first(call: AttentionCall, route: str) -> str | None:
+    """sinks over sdpa and flex: for long query runs (:func:`_long_fused`), and for a few queries of a scheme
+    with attention sinks (:func:`_few_fused`; a window alone is sdpa's key slice)."""
+    long = _long_fused(call, route)
+    if long is None or not call.parts.mask.n_sinks:
+        return long
+    return None if _few_fused(call, route) is None else long
+
+
 def _route_is(name: str) -> Prefer:
     """Preferred only on the size route ``name`` (sdpa's, or flex's and its stand-ins')."""
 
@@ -122,16 +143,19 @@ def _route_is(name: str) -> Prefer:
 
 
 #: ``impl="auto"``: the first rule whose backend is exact and preferred. toeplitz and sinks override sdpa
-#: and flex for long query runs; band, sinks and blockwise stand in for flex where flex cannot run.
+#: and flex for long query runs; band, sinks and blockwise stand in for flex where flex cannot run; band,
+#: chunks and sinks (with attention sinks) also take a few queries (a decode step) from sdpa and reference.
 AUTO_ORDER: tuple[Rule, ...] = (
     Rule("toeplitz", _long_fused),
-    Rule("sinks", _long_fused),
+    Rule("sinks", _sinks_first),
     Rule("sdpa", _route_is("sdpa")),
     Rule("flex", _route_is("flex")),
     Rule("band", _route_is("flex")),
     Rule("sinks", _route_is("flex")),
     Rule("chunks", _route_is("flex")),
     Rule("blockwise", _route_is("flex")),
+    Rule("band", _few_fused),
+    Rule("chunks", _few_fused),
     Rule("reference"),
 )
 
@@ -219,16 +243,16 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
         log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,
                   "; ".join(f"{n}: {why}" for n, why in declined) or "none")
     out = run_backend(backend, call, scale)
-    bad = ~torch.isfinite(q).all(dim=-1)  # [B,H,Nq]: NaN/inf in a query row gives a NaN output row, on every path
-    if bool(bad.any()):
-        out = out.masked_fill(bad[..., None], float("nan"))
+    if not math.isfinite(float(q.detach().sum())):  # NaN/inf in a query row gives a NaN output row, on every path
+        out = out.masked_fill(~torch.isfinite(q).all(dim=-1)[..., None], float("nan"))  # [B,H,Nq,1]
     return out
 
 
 def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=None, gates=None,
               sink_logits=None) -> AttentionCall:
-    """The call record of checked inputs: default and broadcast positions, key/value heads repeated to
-    the query heads, whether autograd needs the call. Its schedule is filled in by :func:`run_backend`."""
+    """The call record of checked inputs: default and broadcast positions, whether autograd needs the call.
+    Keys and values keep their own heads (GQA): :func:`run_backend` repeats them to the query heads only for a
+    backend that reads keys per query head. Its schedule is filled in by :func:`run_backend`."""
     B, H, Nq, D = q.shape
     if (H, D) != (parts.n_heads, parts.head_dim):
         raise ValueError(f"q must have {parts.n_heads} heads of head_dim {parts.head_dim} (the layer's), got {H}, {D}")
@@ -237,21 +261,33 @@ def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=N
     k_axes, k_pos = _axes(parts, k_pos, B, Nk, k.device)
     if q_pos is None and Nq > Nk:
         raise ValueError(f"q has more tokens ({Nq}) than k ({Nk}): pass q_pos (default: the last Nq key positions)")
-    q_pos = as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
-    k_pos = as_positions(k_pos, B, Nk, k.device)
+    q_pos = _as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
+    k_pos = _as_positions(k_pos, B, Nk, k.device)
     if parts.multiaxis is not None:  # [B,N] positions: the same coordinate on every axis
         from posenc.parts.multiaxis import as_axis_positions
 
         n_axes = parts.multiaxis.n_axes
         q_axes = as_axis_positions(q_pos, n_axes, B, Nq, q.device) if q_axes is None else q_axes
         k_axes = as_axis_positions(k_pos, n_axes, B, Nk, k.device) if k_axes is None else k_axes
-    k, v = expand_kv(k, H), expand_kv(v, H)  # [B,Hk,Nk,D] -> [B,H,Nk,D]
     q_gate, k_gate = _check_gates(parts, gates, (B, H, Nq), (B, H, Nk))
     sink_logits = _check_sink_logits(sink_logits, H, q.device)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                  for t in (q, k, v, q_gate, k_gate, sink_logits))
     return AttentionCall(parts, q, k, v, q_pos, k_pos, key_mask, needs_grad, q_axes=q_axes, k_axes=k_axes,
                          q_gate=q_gate, k_gate=k_gate, sink_logits=sink_logits)
+
+
+def _as_positions(pos, B: int, N: int, device) -> torch.Tensor:
+    """:func:`posenc._util.as_positions`, with its check (no negative position) remembered for a ``[B or 1, N]``
+    long tensor already on ``device`` (:func:`posenc.engine.call.memo_positions`): the layers of a forward
+    pass the same position tensors."""
+    if not (isinstance(pos, torch.Tensor) and pos.dtype == torch.long and pos.dim() == 2 and pos.shape[1] == N
+            and pos.shape[0] in (1, B) and pos.device == torch.device(device) and pos.numel()):
+        return as_positions(pos, B, N, device)
+    low = memo_positions("min", (pos,), lambda: int(pos.min()))
+    if low < 0:
+        raise ValueError(f"positions must be >= 0, got min {low}")
+    return pos.expand(B, -1) if pos.shape[0] != B else pos
 
 
 def _check_sink_logits(sink_logits, H: int, device) -> torch.Tensor | None:
@@ -311,6 +347,8 @@ def _axes(parts: AttentionParts, pos, B: int, N: int, device):
 def run_backend(backend: Backend, call: AttentionCall, scale: float | None = None) -> torch.Tensor:
     """Run ``backend`` with the call's frequencies and query scale, per dynamic-schedule group (no choice,
     no fallback: the caller has checked ``backend.why_not(call)``)."""
+    if call.n_rep > 1 and not backend.gqa(call):
+        call = call.expanded()  # [B,Hk,Nk,D] -> [B,H,Nk,D] for a path that reads keys per query head
     parts, q_pos = call.parts, call.q_pos
     ells = parts.schedule_lengths(q_pos, call.k_pos)
     if ells is None:

@@ -50,6 +50,9 @@ class AttentionParts(nn.Module):
                                  f"{self.rope.partial_rotary_factor} = {rd}")
             self.rotary_dim = rd
         self._freq_cache: dict = {}
+        self._inv_cache: dict = {}  # (id(freqs), freq_scale, device) -> (freqs, float64 inv_freq, its values)
+        self._scale_cache: dict = {}  # constant query scales: (shape, dtype, device, value) -> [B,1,Nq,1]
+        self.dynamic = self.rope is not None and scheme.is_dynamic  # a per-query schedule (read every call)
         self.temperature = None if scheme.temperature is None else scheme.build_temperature()
         self.multiaxis = None  # a multi-axis RoPE part: positions [B, N, n_axes] (posenc.parts.multiaxis)
         if scheme.multiaxis is not None:
@@ -70,9 +73,22 @@ class AttentionParts(nn.Module):
                                                      partial_rotary_factor=self.rope.partial_rotary_factor)
         return self._freq_cache[key]
 
+    def inv_freq64(self, freqs, freq_scale: float, device) -> tuple[torch.Tensor, tuple]:
+        """``(inv_freq * freq_scale`` as float64 on ``device``, its values as a tuple``)`` of a schedule's
+        frequencies ``freqs``, built once per schedule and branch scale (every call reads them)."""
+        key = (id(freqs), freq_scale, str(device))
+        hit = self._inv_cache.get(key)
+        if hit is None or hit[0] is not freqs:
+            inv = freqs.inv_freq.to(device=device, dtype=torch.float64)
+            inv = inv * freq_scale if freq_scale != 1.0 else inv
+            if len(self._inv_cache) >= 64:
+                self._inv_cache.clear()
+            hit = self._inv_cache[key] = (freqs, inv, tuple(inv.tolist()))
+        return hit[1], hit[2]
+
     def schedule_lengths(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         """Per query, the length its dynamic schedule sees ([B,Nq] long), or None if static."""
-        if self.rope is None or not self.scheme.is_dynamic:
+        if not self.dynamic:
             return None
         scaling = self.rope.scaling
         floor = int(scaling.get("original_max_position_embeddings") or self.scheme.train_len or 1)

@@ -9,55 +9,13 @@ The score for a pair, with branch b selected by its region:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from posenc.engine.call import AttentionCall
 from posenc.engine.parts import AttentionParts
-from posenc.parts.remap import Branch, logn_scale
-
-
-@dataclass
-class Rotated:
-    q: torch.Tensor  # [B,H,Nq,D] rotated and scaled queries
-    k: torch.Tensor  # [B,H,Nk,D] rotated keys
-
-
-def rotate_branch(call: AttentionCall, branch: Branch) -> Rotated:
-    """q and k rotated at the branch's positions, the softmax/YaRN/log-n scale folded into q. A side whose
-    positions are all 0 (ReRoPE's far keys) is left as it is; with the whole head rotated, q's scale
-    multiplies its cos/sin ([B,1,Nq,R/2]) instead of taking another pass over q."""
-    from posenc.parts.rotary import _cached_cos_sin, apply_rope, apply_rope_cos_sin, xpos_scale
-
-    parts, q, k, q_scale = call.parts, call.q, call.k, call.q_scale
-    if parts.rope is None:
-        return Rotated(q * q_scale, k)
-    inv = call.freqs.inv_freq.to(q.device).double() * branch.freq_scale
-    layout, rd, xpos = parts.rope.layout, parts.rotary_dim, parts.rope.xpos
-    if call.q_axes is not None:  # multi-axis RoPE: cos/sin [B,1 or H,N,R/2] from the coordinates
-        wide = torch.float64 if q.dtype == torch.float64 else torch.float32  # float64 stays exact
-        qc, qs_ = parts.multiaxis.cos_sin(call.q_axes, inv, wide)
-        kc, ks_ = parts.multiaxis.cos_sin(call.k_axes, inv, wide)
-        scale = q_scale.to(qc.dtype)  # [B,1,Nq,1]
-        return Rotated(apply_rope_cos_sin(q, qc * scale, qs_ * scale, layout, rd),
-                       apply_rope_cos_sin(k, kc, ks_, layout, rd))
-    qpr, kpr = branch.q_rot(call.q_pos), branch.k_rot(call.k_pos)
-    if not xpos and rd == q.shape[-1] and q.dtype == torch.float32:
-        cos, sin = _cached_cos_sin(qpr, inv)  # [B,1,Nq,R/2]
-        qs = q_scale.to(torch.float32)  # [B,1,Nq,1]
-        qr = apply_rope_cos_sin(q, cos * qs, sin * qs, layout, rd)
-    else:
-        qr = apply_rope(q, qpr, inv, layout=layout, rotary_dim=rd)
-        if xpos:
-            qr = qr * xpos_scale(qpr, q.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(q.dtype)
-        qr = qr * q_scale
-    if not bool(kpr.any()):  # every key at position 0: the identity rotation (and xPos scale 1)
-        return Rotated(qr, k)
-    kr = apply_rope(k, kpr, inv, layout=layout, rotary_dim=rd)
-    if xpos:
-        kr = kr / xpos_scale(kpr, k.shape[-1], parts.rope.xpos_scale_base, layout=layout).to(k.dtype)
-    return Rotated(qr, kr)
+from posenc.engine.rotation import Rotated, rotate_branch  # noqa: F401 - Rotated, rotate_branch: re-exported
+from posenc.parts.remap import logn_scale
 
 
 def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: float | None,
@@ -70,6 +28,15 @@ def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: f
     if parts.relative is not None:
         base = base * parts.relative.score_scale
     base = base * parts.remap.logit_scale
+    if not parts.scheme.logn and parts.temperature is None:  # one constant: built once per shape
+        key = (tuple(q_pos.shape), dtype, str(q_pos.device), base * attn_scale * attn_scale)
+        hit = parts._scale_cache.get(key)
+        if hit is None:
+            if len(parts._scale_cache) >= 16:
+                parts._scale_cache.clear()
+            value = torch.full(q_pos.shape, key[-1], dtype=torch.float64, device=q_pos.device)
+            hit = parts._scale_cache[key] = value[:, None, :, None].to(dtype)
+        return hit
     s = torch.full(q_pos.shape, base * attn_scale * attn_scale, dtype=torch.float64, device=q_pos.device)
     if parts.scheme.logn:
         s = s * logn_scale(q_pos, parts.scheme.train_len)

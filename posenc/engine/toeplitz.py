@@ -45,24 +45,29 @@ def default_chunk(n_queries: int, window: int | None = None) -> int:
 def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profile: torch.Tensor,
                        q_start: int = 0, window: int | None = None, chunk: int | None = None,
                        min_distance: int = 0, return_lse: bool = False, reversed_keys: bool = False,
-                       key_start: int = 0):
+                       key_start: int = 0, key_offset: int = 0):
     """Causal attention ``softmax(q k^T + f(m - n)) v`` with the bias given by its distance profile.
 
-    ``q [B,H,Nq,D]`` (softmax scale already folded in), ``k, v [B,H,Nk,D]`` with keys at positions
-    ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``); ``profile [H, P]``
-    with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``, ``P >= min(window, q_start + Nq)``
-    (``window=None``: no window). A query sees the keys at distances ``min_distance <= d < window`` and
-    positions ``>= key_start`` (attention sinks below it are another piece, see :mod:`posenc.engine.backends.sinks`).
+    ``q [B,H,Nq,D]`` (softmax scale already folded in), ``k, v [B,Hk,Nk,D]`` (``Hk`` divides ``H``: GQA)
+    with keys at positions ``0..Nk-1`` and queries at ``q_start..q_start+Nq-1`` (``q_start + Nq <= Nk``);
+    ``profile [H, P]`` with ``profile[h, d]`` the bias at distance ``d`` for ``0 <= d < P``,
+    ``P >= min(window, q_start + Nq)`` (``window=None``: no window). A query sees the keys at distances
+    ``min_distance <= d < window`` and positions ``>= key_start`` (attention sinks below it are another
+    piece, see :mod:`posenc.engine.backends.sinks`).
     Returns ``[B,H,Nq,D]``, and with ``return_lse`` also the log-sum-exp of each row's scores
     ``[B,H,Nq]`` (float32; ``-inf`` and a zero output for a row that sees no key), so pieces computed
     separately merge exactly (the ReRoPE family's near and far branches, see :mod:`posenc.engine.backends.band`).
     ``reversed_keys``: ``k`` and ``v`` are given already reversed along the sequence (index ``Nk-1-n``
     holds key ``n``), so pieces that share them flip them once.
+    ``key_offset``: ``k`` and ``v`` hold only the keys at positions ``key_offset ..`` (the earlier ones are
+    never read: ``key_start`` or the window excludes them), so a decode step under a window passes (and
+    rotates, and reverses) the window's keys only.
     Memory beyond the inputs: the reversed keys/values and ``H x (P + chunk)`` bias entries.
     """
     B, H, Nq, D = q.shape
-    Nk = k.shape[2]
-    if k.shape != (B, H, Nk, D) or v.shape[:3] != (B, H, Nk) or v.shape[-1] != D:
+    Nk = key_offset + k.shape[2]  # keys at positions 0..Nk-1, of which k holds key_offset..
+    Hk, n = k.shape[1], k.shape[2]  # key/value heads: H, or a divisor of H (GQA, read by the flash kernel as is)
+    if k.shape != (B, Hk, n, D) or H % Hk or v.shape[:3] != (B, Hk, n) or v.shape[-1] != D:
         raise ValueError(f"q/k/v shapes disagree: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q_start < 0 or q_start + Nq > Nk:
         raise ValueError(f"queries at {q_start}..{q_start + Nq - 1} need keys up to that position; got {Nk} keys")
@@ -70,13 +75,15 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         raise ValueError(f"window must be >= 1, got {window}")
     if key_start < 0:
         raise ValueError(f"key_start must be >= 0, got {key_start}")
+    first_read = max(key_start, 0 if window is None else q_start - window + 1)
+    if key_offset < 0 or key_offset > first_read:
+        raise ValueError(f"key_offset must be in [0, {first_read}] (the first key any query reads), got {key_offset}")
     if min_distance < 0 or (window is not None and min_distance >= window):
         raise ValueError(f"min_distance must be >= 0 and below the window, got {min_distance} (window {window})")
     reach = q_start + Nq if window is None else min(window, q_start + Nq)  # distances 0..reach-1 occur
     if profile.dim() != 2 or profile.shape[0] != H or profile.shape[1] < reach:
         raise ValueError(f"profile must be [H={H}, >= {reach}], got {tuple(profile.shape)}")
-    C = chunk or default_chunk(Nq, window)
-    C = max(1, min(C, Nq))
+    C = max(1, min(chunk or default_chunk(Nq, window), Nq))
     # g[u] = f(u - (C - 1)); the largest index any chunk reads is C - 1 + (keys per chunk - 1) + min_distance
     span = Nk if window is None else min(Nk, C + window - 1)
     neg = torch.full((H, C - 1), float("-inf"), dtype=q.dtype, device=q.device)
@@ -87,15 +94,14 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     tail = torch.full((H, max(0, span - prof.shape[1])), float("-inf"), dtype=q.dtype, device=q.device)
     g = torch.cat([neg, prof, tail], dim=1).contiguous()  # [H, L]
     L = g.shape[1]
-    kr, vr = (k, v) if reversed_keys else (k.flip(2), v.flip(2))  # key n sits at index Nk - 1 - n
+    kr, vr = (k, v) if reversed_keys else (k.flip(2), v.flip(2))  # key n sits at index Nk - 1 - n (< Nk - key_offset)
     out = q.new_empty(B, H, Nq, D)  # every chunk writes its rows (a chunk without keys writes zeros)
     lse = torch.empty(B, H, Nq, dtype=torch.float32, device=q.device) if return_lse else None
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     for s in range(0, Nq, C):
         e = min(Nq, s + C)
         c, m1 = e - s, q_start + e  # queries at positions m1 - c .. m1 - 1
-        lo = 0 if window is None else max(0, m1 - c - window + 1)  # first key any query of the chunk sees
-        lo = max(lo, key_start)
+        lo = max(key_start, 0 if window is None else m1 - c - window + 1)  # first key any query of the chunk sees
         hi = m1 - min_distance  # keys [lo, hi)
         if hi <= lo:  # no query of the chunk sees a key
             out[:, :, s:e] = 0

@@ -55,6 +55,27 @@ def _key_positions(query, Nk, attention_mask, kwargs) -> torch.Tensor:
     raise ValueError("posenc attention needs the 2-D padding mask, not a prepared 4-D mask")
 
 
+def _positions(query, Nk, attention_mask, kwargs):
+    """``(q_pos [B,Nq], k_pos [B,Nk], key_mask [B,Nk] or None)``: original positions (padding clamped to 0,
+    ``key_mask`` None when no key is padding); queries are the newest keys (self-attention with a growing
+    cache). Every layer of one forward gets the same mask tensor from the mask function, so this is computed
+    once per forward (:func:`posenc.engine.call.memo_positions`) and every layer passes the engine the same
+    position tensors, whose own facts (keys at their indices, a run of queries) the engine then remembers."""
+    from posenc.engine.call import memo_positions
+
+    B, Nq = query.shape[0], query.shape[2]
+
+    def compute():
+        k_pos_raw = _key_positions(query, Nk, attention_mask, kwargs)
+        key_mask = k_pos_raw >= 0  # [B,Nk]
+        k_pos = k_pos_raw.clamp(min=0)
+        return k_pos[:, -Nq:], k_pos, None if bool(key_mask.all()) else key_mask
+
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.device == query.device:
+        return memo_positions(f"hf {B} {Nq} {Nk}", (attention_mask,), compute)
+    return compute()
+
+
 def _layer_parts(state, H, D, window, softcap):
     """The layer's ``AttentionParts`` for this head layout, window and soft-cap (built once, then cached)."""
     from posenc.engine import AttentionParts
@@ -113,10 +134,7 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     attention_mask = sparse.key_positions(attention_mask)  # a DSA module's [B,1,1,Nk] positions (with or
     # without indices: Dots3's layers without an indexer get them too) -> [B,Nk]; anything else unchanged
     B, H, Nq, D = query.shape
-    k_pos_raw = _key_positions(query, key.shape[2], attention_mask, kwargs)
-    key_mask = k_pos_raw >= 0  # [B,Nk]
-    k_pos = k_pos_raw.clamp(min=0)
-    q_pos = k_pos[:, -Nq:]  # queries are the newest keys (self-attention with a growing cache)
+    q_pos, k_pos, key_mask = _positions(query, key.shape[2], attention_mask, kwargs)
     window = kwargs.get("sliding_window") or getattr(module, "_posenc_window", None)
     parts = _layer_parts(state, H, D, int(window) if window else None, kwargs.get("softcap"))
     n_nope = getattr(module, "_posenc_nope", 0)
@@ -132,6 +150,7 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     run = _run_chunked if chunk else _run_once
     if indices is not None:
         run = sparse.selected(run, indices)
+        key_mask = torch.ones_like(k_pos, dtype=torch.bool) if key_mask is None else key_mask  # it reads one
     out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk, sink_logits)
     return out[..., :Dv].transpose(1, 2).contiguous(), None  # [B,Nq,H,Dv]
 
@@ -160,10 +179,13 @@ def _unscale_pass_dims(parts, query, q_pos, k_pos):
 
 
 def _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, _chunk=None, sink_logits=None):
+    """One engine call; ``key_mask`` None (no padding) or ``[B,Nk]`` bool."""
     from posenc.engine import run_attention
 
-    return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale,
-                         key_mask=None if bool(key_mask.all()) else key_mask, sink_logits=sink_logits)
+    if key_mask is not None and bool(key_mask.all()):
+        key_mask = None
+    return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale, key_mask=key_mask,
+                         sink_logits=sink_logits)
 
 
 def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sink_logits=None):
@@ -172,6 +194,8 @@ def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sin
     chunk the queries fall in, with the other chunks' keys masked out."""
     q_chunk = torch.div(q_pos, chunk, rounding_mode="floor")  # [B,Nq]
     k_chunk = torch.div(k_pos, chunk, rounding_mode="floor")  # [B,Nk]
+    if key_mask is None:
+        key_mask = torch.ones_like(k_pos, dtype=torch.bool)
     out = None
     for c in torch.unique(q_chunk).tolist():
         o = _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask & (k_chunk == c), scale, None, sink_logits)

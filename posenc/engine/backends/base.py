@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc.engine.call import AttentionCall
+from posenc.engine.call import AttentionCall, position_run  # noqa: F401 - position_run: re-exported
 from posenc.engine.parts import AttentionParts
 
 ALL_FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -42,6 +42,12 @@ class Backend:
     def why_not(self, call: AttentionCall) -> str | None:  # noqa: ARG002 - every call, by default
         return None
 
+    def gqa(self, call: AttentionCall) -> bool:  # noqa: ARG002 - no backend reads grouped keys unless it says so
+        """Whether :meth:`run` takes keys and values with their own ``Hk < H`` heads (GQA: query head ``h``
+        reads key head ``h // (H / Hk)``); otherwise :func:`posenc.engine.dispatch.run_backend` repeats them
+        to the query heads first (a copy of the keys and values per call)."""
+        return False
+
     def run(self, call: AttentionCall) -> torch.Tensor:
         raise NotImplementedError
 
@@ -52,19 +58,6 @@ class Backend:
 def first_reason(*checks: tuple[bool, str]) -> str | None:
     """The message of the first ``(failed, message)`` pair whose condition holds, else None."""
     return next((msg for failed, msg in checks if failed), None)
-
-
-def position_run(q_pos, k_pos) -> int | None:
-    """The first query position when keys sit at ``0..Nk-1`` and queries at a contiguous run
-    ``q0..q0+Nq-1`` with ``q0 + Nq <= Nk``, identically in every row (a full forward, a prefill, or a
-    decode step without padding); None otherwise. The fused CPU paths index keys by position."""
-    Nq, Nk = q_pos.shape[1], k_pos.shape[1]
-    if not bool((k_pos == k_pos[:1]).all() and (q_pos == q_pos[:1]).all()):
-        return None
-    q0 = int(q_pos[0, 0])
-    ok = bool((k_pos[0] == torch.arange(Nk, device=k_pos.device)).all()) and q0 + Nq <= Nk and bool(
-        (q_pos[0] == torch.arange(q0, q0 + Nq, device=q_pos.device)).all())
-    return q0 if ok else None
 
 
 def fused_cpu_reason(call: AttentionCall) -> str | None:

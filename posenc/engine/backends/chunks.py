@@ -8,16 +8,10 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import (
-    FUSED_CPU,
-    Backend,
-    distance_profile,
-    first_reason,
-    fused_cpu_reason,
-    position_run,
-)
+from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, first_reason, fused_cpu_reason
 from posenc.engine.call import AttentionCall
-from posenc.engine.scores import rotate_branch
+from posenc.engine.pieces import flash_lse
+from posenc.engine.rotation import rotate_queries, rotated_keys_once
 
 CHUNK_KINDS = ("same_chunk", "previous_chunk", "earlier_chunks")
 
@@ -56,9 +50,12 @@ class ChunkMerge(Backend):
             (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
             (call.needs_grad, "the merge has no backward here"),
         ) or fused_cpu_reason(call)
-        if reason is None and position_run(call.q_pos, call.k_pos) is None:
+        if reason is None and call.q_run is None:
             reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
         return reason
+
+    def gqa(self, call: AttentionCall) -> bool:
+        return call.k_axes is None
 
     def run(self, call: AttentionCall):
         """For the queries of chunk j (positions ``[j c, (j + 1) c)``): the same-chunk piece is causal
@@ -68,23 +65,21 @@ class ChunkMerge(Backend):
         :func:`lse_merge` joins them. Nothing of size N x N is built."""
         parts, q = call.parts, call.q
         c = parts.branches[0].window
-        same, prev, early = (rotate_branch(call, br) for br in parts.branches)
-        q0, Nq = int(call.q_pos[0, 0]), call.Nq
+        q0, Nq = call.q_run, call.Nq
+        same_k, prev_k, early_k = rotated_keys_once(call, parts.branches)  # one rotation: they share kp mod c
+        same_q, prev_q, early_q = (rotate_queries(call, br) for br in parts.branches)
         v = call.v
-        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         out = q.new_empty(q.shape[0], q.shape[1], Nq, v.shape[-1])
         for j in range(q0 // c, (q0 + Nq - 1) // c + 1):
             a, b = max(q0, j * c), min(q0 + Nq, (j + 1) * c)  # query positions of chunk j in this call
             rows = slice(a - q0, b - q0)
             ks = j * c  # the chunk's first key
             zeros = distance_profile(parts, b - ks, q.device)
-            pieces = [kernel.toeplitz_attention(same.q[:, :, rows], same.k[:, :, ks:b], v[:, :, ks:b], zeros,
+            pieces = [kernel.toeplitz_attention(same_q[:, :, rows], same_k[:, :, ks:b], v[:, :, ks:b], zeros,
                                                 q_start=a - ks, return_lse=True)]
             if j >= 1:
-                pieces.append(flash(prev.q[:, :, rows], prev.k[:, :, ks - c:ks], v[:, :, ks - c:ks], 0.0, False,
-                                    scale=1.0)[:2])
+                pieces.append(flash_lse(prev_q[:, :, rows], prev_k[:, :, ks - c:ks], v[:, :, ks - c:ks]))
             if j >= 2:
-                pieces.append(flash(early.q[:, :, rows], early.k[:, :, :ks - c], v[:, :, :ks - c], 0.0, False,
-                                    scale=1.0)[:2])
+                pieces.append(flash_lse(early_q[:, :, rows], early_k[:, :, :ks - c], v[:, :, :ks - c]))
             out[:, :, rows] = pieces[0][0] if len(pieces) == 1 else lse_merge(pieces)
         return out

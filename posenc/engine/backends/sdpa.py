@@ -1,15 +1,17 @@
 """``sdpa``: single-branch schemes; rotate once, then PyTorch's fused ``scaled_dot_product_attention``
-with the bias and mask as one additive mask (or its own ``is_causal``, which needs no mask at all).
-The training path."""
+with the bias and mask as one additive mask (or its own ``is_causal``, which needs no mask at all), on the
+key heads as they are (GQA, :mod:`posenc.engine.pieces`). The training path."""
 
 from __future__ import annotations
 
 import torch
 
 from posenc.engine.backends.base import Backend, first_reason
-from posenc.engine.call import AttentionCall
+from posenc.engine.call import AttentionCall, memo_positions
 from posenc.engine.parts import AttentionParts
-from posenc.engine.scores import head_index, rotate_branch
+from posenc.engine.pieces import key_span, sdpa_gqa
+from posenc.engine.rotation import rotate_keys, rotate_queries
+from posenc.engine.scores import head_index
 
 SDPA_MASK_ELEMENTS = 1 << 26  # largest materialised additive mask the auto choice accepts (256 MB fp32)
 
@@ -29,17 +31,28 @@ class Sdpa(Backend):
             (parts.relative is not None, "content-relative terms are not one additive mask"),
             (parts.scheme.softcap is not None, "SDPA cannot soft-cap the logits"))
 
-    def run(self, call: AttentionCall):
-        import torch.nn.functional as F
+    def gqa(self, call: AttentionCall) -> bool:
+        return call.k_axes is None  # multi-axis RoPE may rotate keys per query head
 
-        parts, q_pos, k_pos, key_mask = call.parts, call.q_pos, call.k_pos, call.key_mask
-        rot = rotate_branch(call, parts.branches[0])
-        Nq = call.Nq
-        plain = (needs_no_mask(parts) and call.q_gate is None and key_mask is None and Nq == call.Nk
-                 and bool((q_pos == k_pos).all())
-                 and bool((q_pos == torch.arange(Nq, device=q_pos.device)[None] + q_pos[:, :1]).all()))
-        if plain:  # positions are the indices (up to a shift): SDPA's own causal mask is the same mask
-            return F.scaled_dot_product_attention(rot.q, rot.k, call.v, is_causal=True, scale=1.0)
+    def run(self, call: AttentionCall):
+        """Rotate once (only the keys the mask's intervals can reach, when keys sit at their indices), then
+        fused SDPA on the key heads as they are (GQA): its own causal mask when positions are the indices up
+        to a shift, no mask when every query sees every key it reads (a decode step), else one mask."""
+        parts, key_mask = call.parts, call.key_mask
+        br = parts.branches[0]
+        rq = rotate_queries(call, br)
+        if _plain_square(call):  # positions are the indices (up to a shift): SDPA's own causal mask is the same mask
+            return sdpa_gqa(rq, rotate_keys(call, br), call.v, is_causal=True)
+        lo, hi = key_span(call)
+        if hi <= lo:  # no query sees any key
+            return rq.new_zeros(call.B, call.H, call.Nq, call.v.shape[-1])
+        rk, v, k_pos = rotate_keys(call, br, lo, hi), call.v[:, :, lo:hi], call.k_pos[:, lo:hi]
+        key_mask = None if key_mask is None else key_mask[:, lo:hi]
+        q0 = call.q_run
+        if (needs_no_mask(parts) and call.q_gate is None and key_mask is None and q0 is not None
+                and q0 >= hi - 1):  # every key read is at or before the first query: all visible
+            return sdpa_gqa(rq, rk, v)
+        q_pos = call.q_pos
         if key_mask is None and call.q_gate is None and q_pos.shape[0] > 1 and bool(
                 (q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):
             q_pos, k_pos = q_pos[:1], k_pos[:1]  # every row alike: one [1,H,Nq,Nk] mask, broadcast over the batch
@@ -50,11 +63,23 @@ class Sdpa(Backend):
         bias = None
         if parts.bias is not None:
             bias = parts.bias.score(head_index(parts, call.q.device), parts.bias_query_pos(qp, kp), kp).to(call.q.dtype)
-        gate = call.gate_bias(qp, kp)  # FoX: data of each row, [B,H,Nq,Nk]
+        gate = call.gate_bias(qp, kp)  # FoX: data of each row, [B,H,Nq,Nk] (never with a key slice: key_span)
         if gate is not None:
             bias = gate.to(call.q.dtype) if bias is None else bias + gate.to(call.q.dtype)
         mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))  # [B,H|1,Nq,Nk]
-        out = F.scaled_dot_product_attention(rot.q, rot.k, call.v, attn_mask=mask, scale=1.0)
+        out = sdpa_gqa(rq, rk, v, mask)
         if not bool(allowed.any(dim=-1).all()):
             out = torch.nan_to_num(out, nan=0.0)
         return out
+
+
+def _plain_square(call: AttentionCall) -> bool:
+    """A plain causal call whose query and key positions are the same run ``p0 .. p0+N-1`` in every row."""
+    if not (needs_no_mask(call.parts) and call.q_gate is None and call.key_mask is None and call.Nq == call.Nk):
+        return False
+    q_pos, k_pos = call.q_pos, call.k_pos
+
+    def compute() -> bool:
+        return bool((q_pos == k_pos).all()) and bool(
+            (q_pos == torch.arange(call.Nq, device=q_pos.device)[None] + q_pos[:, :1]).all())
+    return memo_positions("square", (q_pos, k_pos), compute)

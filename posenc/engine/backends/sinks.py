@@ -14,11 +14,11 @@ from posenc.engine.backends.base import (
     first_reason,
     fixed_distance_bias,
     fused_cpu_reason,
-    position_run,
 )
 from posenc.engine.call import AttentionCall
 from posenc.engine.parts import AttentionParts
-from posenc.engine.scores import rotate_branch, scores_tile
+from posenc.engine.rotation import rotate_keys, rotate_queries
+from posenc.engine.scores import scores_tile
 
 
 def window_branch(parts: AttentionParts, q0: int, Nq: int) -> int | None:
@@ -74,29 +74,35 @@ class SinksWindow(Backend):
             (bias is not None and parts.remap.remaps_distance, "the remap changes the distance the bias sees"))
         if reason is not None:
             return reason
-        q0 = position_run(call.q_pos, call.k_pos)
+        q0 = call.q_run
         if q0 is None:
             return "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
         if window_branch(parts, q0, call.Nq) is None:
             return "the window's pairs are not all in one branch"
         return None
 
+    def gqa(self, call: AttentionCall) -> bool:
+        return call.k_axes is None
+
     def run(self, call: AttentionCall):
-        """Window piece (keys ``>= n_sinks`` within the window, one branch, Toeplitz kernel) and sinks piece
-        (keys ``< n_sinks``, any branch mix, scored like the reference path), merged by log-sum-exp:
+        """Window piece (keys ``>= n_sinks`` within the window, one branch, Toeplitz kernel; only the keys from
+        the first one a query reads are rotated and passed) and sinks piece (keys ``< n_sinks``, any branch
+        mix, scored like the reference path), merged by log-sum-exp:
         ``out = o_win + exp(l_sink - logaddexp(l_win, l_sink)) * (o_sink - o_win)``."""
         parts, q, v = call.parts, call.q, call.v
         s, w = parts.mask.n_sinks, parts.mask.window
         Nq = call.Nq
-        q0 = int(call.q_pos[0, 0])
-        rot = rotate_branch(call, parts.branches[window_branch(parts, q0, Nq)])
+        q0 = call.q_run
+        br = parts.branches[window_branch(parts, q0, Nq)]
+        first = min(max(s, q0 - w + 1), q0)  # the first key any query reads in the window piece
         profile = distance_profile(parts, min(w, q0 + Nq), q.device)
-        o_win, l_win = kernel.toeplitz_attention(rot.q, rot.k, v, profile, q_start=q0, window=w, key_start=s,
-                                                 return_lse=True)
+        o_win, l_win = kernel.toeplitz_attention(rotate_queries(call, br), rotate_keys(call, br, first),
+                                                 v[:, :, first:], profile, q_start=q0, window=w, key_start=s,
+                                                 return_lse=True, key_offset=first)
         ks = min(s, call.Nk)
         if ks == 0:
             return o_win
-        sinks = call.key_prefix(ks)
+        sinks = call.key_prefix(ks).expanded()  # the few sink keys, repeated to the query heads
         scores = scores_tile(sinks)  # [B,H,Nq,ks]
         allowed = parts.allowed(call.q_pos[:, None, :, None], sinks.k_pos[:, None, None, :])
         scores = scores.float().masked_fill(~allowed, float("-inf"))

@@ -13,7 +13,6 @@ from posenc.engine.backends.base import (
     first_reason,
     fixed_distance_bias,
     fused_cpu_reason,
-    position_run,
 )
 from posenc.engine.call import AttentionCall
 from posenc.engine.scores import rotate_branch
@@ -50,15 +49,18 @@ class Toeplitz(Backend):
             (parts.bias is None and mask.window is None, "no bias and no window: plain causal is SDPA's"),
             # (a learned table's gradient would have to flow through the strided view)
             (not fixed_distance_bias(parts), "the bias is not a fixed function of the distance"))
-        if reason is None and position_run(call.q_pos, call.k_pos) is None:
+        if reason is None and call.q_run is None:
             reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
         return reason
+
+    def gqa(self, call: AttentionCall) -> bool:
+        return call.k_axes is None
 
     def run(self, call: AttentionCall):
         """Rotate once, then :func:`posenc.engine.toeplitz.toeplitz_attention`: the bias's distance profile
         (and the window) as a strided O(N) view read by the fused CPU flash kernel."""
         rot = rotate_branch(call, call.parts.branches[0])
-        q0 = int(call.q_pos[0, 0])
+        q0 = call.q_run
         window = call.parts.mask.window
         reach = q0 + call.Nq if window is None else min(window, q0 + call.Nq)
         return kernel.toeplitz_attention(rot.q, rot.k, call.v, distance_profile(call.parts, reach, call.q.device),
