@@ -149,4 +149,4 @@ def test_train_then_evaluate_checkpoint_and_cli(tmp_path, monkeypatch, capsys):
 
 def test_hf_model_without_text_errors_cleanly(capsys):
     assert cli_main(["eval", "--hf-model", "some/dir"]) == 2
-    assert "--text FILE or --corpus NAME" in capsys.readouterr().err
+    assert "'some/dir' is not a run folder of `posenc train`, a Hugging Face model folder" in capsys.readouterr().err

@@ -244,6 +244,6 @@ def test_cli_compat_writes_both_files(tmp_path, capsys):
 
 
 def test_cli_compat_unknown_family_is_one_line(capsys):
-    assert cli.main(["compat", "--families", "llama,bogus", "--no-progress"]) == 2
+    assert cli.main(["compat", "llama", "bogus", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("posenc: error: unknown transformers model families ['bogus']") and "\n" not in err

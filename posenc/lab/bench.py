@@ -147,7 +147,14 @@ class BenchPreset:
         return {"rope": self.rope_methods, "learned": self.learned_methods}.get(scheme, ())
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The preset as plain data; a fine-tune's training-time fields at their defaults (no ``options``, no
+        ``scheme_from``) are left out, so presets recorded before those fields existed still compare equal."""
+        d = asdict(self)
+        for ft in d.get("finetunes", []):
+            for key, empty in (("options", {}), ("scheme_from", None)):
+                if key in ft and ft[key] == empty:
+                    del ft[key]
+        return d
 
 
 PRESETS: dict[str, BenchPreset] = {
