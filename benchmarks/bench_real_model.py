@@ -109,18 +109,24 @@ def synthetic_cache(model, n: int):
     return cache
 
 
-@torch.no_grad()
-def measure_decode(model, n: int, decode: int) -> dict:
-    """``decode`` greedy cached steps after a synthetic ``n``-token cache (:func:`synthetic_cache`)."""
+def _reset_peak() -> int:
+    """Collect garbage, reset the kernel's peak-RSS mark (``clear_refs`` 5) and return the resident KB now."""
     import gc
 
-    cache = synthetic_cache(model, n)
     gc.collect()
     try:
         open("/proc/self/clear_refs", "w").write("5")
     except OSError:
         pass
-    rss0 = _status_kb("VmRSS")
+    return _status_kb("VmRSS")
+
+
+@torch.no_grad()
+def measure_decode(model, n: int, decode: int) -> dict:
+    """``decode`` greedy cached steps after a synthetic ``n``-token cache (:func:`synthetic_cache`)."""
+
+    cache = synthetic_cache(model, n)
+    rss0 = _reset_peak()
     tok = torch.zeros(1, 1, dtype=torch.long)
     t0 = time.perf_counter()
     for _ in range(decode):
@@ -139,17 +145,11 @@ def measure(model, n: int, decode: int, switch=None) -> dict:
     extra RSS (MB) and the load average when it ran. ``switch``: called between prefill and decode (the exact
     dynamic schedule decodes after a prefill by the stepped one: posenc's cache holds un-rotated keys, the
     same for every schedule)."""
-    import gc
 
     from transformers import DynamicCache
 
     ids = torch.randint(0, model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
-    gc.collect()
-    try:
-        open("/proc/self/clear_refs", "w").write("5")
-    except OSError:
-        pass
-    rss0 = _status_kb("VmRSS")
+    rss0 = _reset_peak()
     cache = DynamicCache(config=model.config)
     t0 = time.perf_counter()
     out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
