@@ -50,9 +50,18 @@ def batch_iterator(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int,
         step += 1
 
 
+EVAL_MODES = ("nonoverlap", "sliding", "tail")
+
+
 def eval_window_starts(n_tokens: int, seq_len: int, mode: str = "nonoverlap", stride: int | None = None,
-                       max_windows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       max_windows: int | None = None, *, target_len: int | None = None,
+                       context_max: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Start offsets and ``score_from`` of each evaluation window of ``seq_len + 1`` tokens.
+
+    ``tail`` (like-for-like across lengths; needs ``target_len`` T and ``context_max`` C >= ``seq_len``): the
+    windows' last targets sit at the same token indices ``C, C + T, C + 2T, ...`` whatever ``seq_len``, and only
+    each window's last T targets count, so every length scores *the same* target tokens, each with
+    ``seq_len - T`` to ``seq_len - 1`` tokens of context in front (a longer length only adds context).
 
     ``nonoverlap``: starts ``0, L, 2L, ...``; every target counts (``score_from = 0``).
     ``sliding`` (stride ``s``, default ``L // 2``): windows end ``s`` tokens apart; the first counts all
@@ -64,7 +73,9 @@ def eval_window_starts(n_tokens: int, seq_len: int, mode: str = "nonoverlap", st
     if n_tokens < seq_len + 1:
         raise ValueError(f"seq_len + 1 = {seq_len + 1} exceeds the {n_tokens} tokens available")
     last = n_tokens - seq_len - 1  # largest valid start
-    if mode == "nonoverlap":
+    if mode == "tail":
+        starts, score_from = _tail_starts(n_tokens, seq_len, target_len, context_max)
+    elif mode == "nonoverlap":
         starts = np.arange(0, last + 1, seq_len)
         score_from = np.zeros_like(starts)
     elif mode == "sliding":
@@ -74,11 +85,28 @@ def eval_window_starts(n_tokens: int, seq_len: int, mode: str = "nonoverlap", st
         starts = np.arange(0, last + 1, stride)
         score_from = np.where(starts == 0, 0, seq_len - stride)
     else:
-        raise ValueError(f"mode must be 'nonoverlap' or 'sliding', got {mode!r}")
+        raise ValueError(f"mode must be one of {EVAL_MODES}, got {mode!r}")
     if max_windows is not None and check_positive_int("max_windows", max_windows) < len(starts):
         keep = np.unique(np.linspace(0, len(starts) - 1, max_windows).round().astype(np.int64))
         starts, score_from = starts[keep], score_from[keep]
     return starts, score_from
+
+
+def _tail_starts(n_tokens: int, seq_len: int, target_len, context_max) -> tuple[np.ndarray, np.ndarray]:
+    """``tail`` mode's windows (:func:`eval_window_starts`): the last target of window ``j`` is token
+    ``context_max + j * target_len``, whatever ``seq_len``."""
+    if target_len is None or context_max is None:
+        raise ValueError("mode 'tail' needs target_len and context_max")
+    target_len = check_positive_int("target_len", target_len)
+    context_max = check_positive_int("context_max", context_max)
+    if not target_len <= seq_len <= context_max:
+        raise ValueError(f"mode 'tail' needs target_len ({target_len}) <= seq_len ({seq_len}) <= context_max "
+                         f"({context_max})")
+    if n_tokens < context_max + 1:
+        raise ValueError(f"context_max + 1 = {context_max + 1} exceeds the {n_tokens} tokens available")
+    ends = np.arange(context_max, n_tokens, target_len)  # index of each window's last target token
+    starts = ends - seq_len
+    return starts, np.full_like(starts, seq_len - target_len)
 
 
 def eval_windows(tokens: np.ndarray, seq_len: int, mode: str = "nonoverlap", stride: int | None = None,

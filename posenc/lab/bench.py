@@ -32,6 +32,7 @@ from pathlib import Path
 from posenc._util import check_device, check_positive_int
 from posenc.lab.atomic import atomic_write_json, remove_stale_temps
 from posenc.lab.bench_cells import BenchCells, save_every, train_or_reuse
+from posenc.lab.bench_probes import content_copy_records, passkey_cells, passkey_records, retrieval_records
 from posenc.lab.interrupt import StopSignals
 from posenc.lab.lock import FolderLock
 from posenc.lab.records import EvalRecord, RetrievalRecord
@@ -68,6 +69,27 @@ class FineTune:
     base: str | None = "rope"  # a trained scheme, an earlier fine-tune row (a schedule), or None: from scratch
     options: dict = field(default_factory=dict)  # training options (TrainConfig fields: positions, s2_groups, ...)
     scheme_from: str | None = None  # the row whose scheme ``method`` extends (default: ``base``'s)
+    # The schedule of a fine-tune continued from a checkpoint (``base`` set): linear warmup over ``warmup_fraction``
+    # of the steps, then cosine decay from a peak of ``lr_factor`` x the preset's lr to a tenth of that peak. The
+    # papers fine-tune from a far lower peak than pretraining and warm up again (PI, arXiv:2306.15595 Sec. 3.1:
+    # lr 2e-5 after pretraining at 3e-4, 20 warmup steps; YaRN, arXiv:2309.00071 Sec. 4.1: lr 2e-5, 20 warmup
+    # steps): restarting a converged model at the pretraining peak (3e-3 here) first undoes part of what it
+    # learned. 0.1 x is the lab's 3e-4, about PI's ratio (1/15); the cosine ends at 3e-5, below the pretraining's
+    # final 1e-4, so the short run settles instead of stopping at its peak. A from-scratch row (``base=None``) is
+    # pretraining and keeps the preset's recipe.
+    lr_factor: float = 0.1
+    warmup_fraction: float = 0.1
+
+    def __post_init__(self):
+        if not (isinstance(self.lr_factor, (int, float)) and 0 < self.lr_factor <= 1):
+            raise ValueError(f"FineTune.lr_factor must be in (0, 1], got {self.lr_factor!r}")
+        if not (isinstance(self.warmup_fraction, (int, float)) and 0 <= self.warmup_fraction < 1):
+            raise ValueError(f"FineTune.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+
+    def schedule(self, preset_lr: float) -> dict:
+        """``lr``, ``min_lr`` and ``warmup`` of this row's training (see the field comments)."""
+        peak = preset_lr * self.lr_factor
+        return {"lr": peak, "min_lr": peak / 10, "warmup": max(1, round(self.steps * self.warmup_fraction))}
 
 
 def yarn_schedule(factor: float = 2.0, steps: int = 150, base: str = "rope") -> tuple[FineTune, FineTune]:
@@ -113,6 +135,11 @@ class BenchPreset:
     recall_pairs: int = 1
     recall_factors: tuple[int, ...] | None = None  # eval lengths (x L) of the recall probe; None: every eval length
     recall_trials: int = 16  # probe sequences per (method, length, distance) cell
+    recall_task: str = "recall"  # "recall": the single needle (a content-copy control, posenc.lab.recall);
+    #                              "kv": kv_recall + offset (posenc.lab.kv_recall), which need key matching
+    seeds: int = 1  # training seeds (seed, seed + 1, ...) of each scheme in seed_schemes; the others train once
+    seed_schemes: tuple[str, ...] = ("rope", "alibi", "nope")  # the headline rows (RoPE with its methods)
+    eval_target: int | None = None  # eval_mode "tail": the scored last tokens of each window (None: train_len)
     max_windows: int | None = 8
     eval_batch_size: int = 4
     eval_mode: str = "nonoverlap"
@@ -124,6 +151,9 @@ class BenchPreset:
     #                          thrashes with more (a busy CPU makes each extra thread wait on the others)
 
     def __post_init__(self):
+        if self.recall_task not in ("recall", "kv"):
+            raise ValueError(f"recall_task must be 'recall' or 'kv', got {self.recall_task!r}")
+        check_positive_int("seeds", self.seeds)
         for name in ("passkey_factors", "recall_factors"):
             extra = sorted(set(getattr(self, name) or ()) - set(self.eval_factors))
             if extra:
@@ -142,6 +172,18 @@ class BenchPreset:
     def passkey_lengths(self) -> list[int]:
         return [f * self.train_len for f in self.passkey_factors]
 
+    def seeds_for(self, scheme: str) -> list[int]:
+        """The training seeds of ``scheme`` (a preset entry): ``seeds`` of them for the headline schemes."""
+        n = self.seeds if scheme_spec(scheme)[0] in self.seed_schemes else 1
+        return [self.seed + i for i in range(n)]
+
+    @property
+    def eval_kwargs(self) -> dict:
+        """The perplexity windows: ``tail`` mode scores the same last ``eval_target`` tokens at every length."""
+        if self.eval_mode != "tail":
+            return {}
+        return {"target_len": self.eval_target or self.train_len, "context_max": max(self.eval_lengths)}
+
     def methods_for(self, scheme: str) -> tuple[str, ...]:
         """The inference-time methods evaluated on the model trained with ``scheme`` (besides ``"none"``)."""
         return {"rope": self.rope_methods, "learned": self.learned_methods}.get(scheme, ())
@@ -150,12 +192,17 @@ class BenchPreset:
         """The preset as plain data; a fine-tune's training-time fields at their defaults (no ``options``, no
         ``scheme_from``) are left out, so presets recorded before those fields existed still compare equal."""
         d = asdict(self)
+        for key in ("recall_task", "seeds", "seed_schemes", "eval_target"):  # added later: left out at defaults
+            if d[key] == _PRESET_DEFAULTS[key]:
+                del d[key]
         for ft in d.get("finetunes", []):
             for key, empty in (("options", {}), ("scheme_from", None)):
                 if key in ft and ft[key] == empty:
                     del ft[key]
         return d
 
+
+_PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None}
 
 PRESETS: dict[str, BenchPreset] = {
     "quick": BenchPreset(
@@ -242,19 +289,22 @@ def scheme_spec(entry: str) -> tuple[str, dict]:
 
 
 def _train_config(preset: BenchPreset, scheme: str, run_dir: Path, device: str, *, steps=None, train_len=None,
-                  init=None, scheme_params=None, options=None):
+                  init=None, scheme_params=None, options=None, seed=None, schedule=None):
     """The ``posenc.lab.train.TrainConfig`` of one model (``scheme`` a preset name; with ``init`` a method name
-    applied to that checkpoint's scheme)."""
+    applied to that checkpoint's scheme; ``schedule``: a fine-tune's ``lr``/``min_lr``/``warmup``,
+    :meth:`FineTune.schedule`)."""
     from posenc.lab.train import TrainConfig
 
     steps = steps or preset.steps
+    sched = schedule or {"lr": preset.lr, "min_lr": min(preset.lr, 1e-4), "warmup": min(preset.warmup, steps // 5)}
     return TrainConfig(out_dir=str(run_dir), corpus=str(preset.corpus), tokenizer=preset.tokenizer, scheme=scheme,
                        scheme_params=dict(scheme_params or {}), dim=preset.dim, n_layers=preset.n_layers,
                        n_heads=preset.n_heads, train_len=train_len or preset.train_len,
-                       batch_size=preset.batch_size, steps=steps, lr=preset.lr, min_lr=min(preset.lr, 1e-4),
-                       warmup=min(preset.warmup, steps // 5), seed=preset.seed, init=init, device=device,
+                       batch_size=preset.batch_size, steps=steps, **sched,
+                       seed=preset.seed if seed is None else seed, init=init, device=device,
                        save_every=save_every(steps), eval_batches=preset.val_batches, recall_batch=preset.recall_batch,
-                       recall_weight=preset.recall_weight, recall_pairs=preset.recall_pairs, **dict(options or {}))
+                       recall_weight=preset.recall_weight, recall_pairs=preset.recall_pairs,
+                       recall_task=preset.recall_task, **dict(options or {}))
 
 
 def _train(preset, scheme, run_dir: Path, device: str, progress: bool, **kw) -> dict:
@@ -275,79 +325,9 @@ def _evaluate(model, tokens, preset: BenchPreset, methods, log, lengths=None) ->
         records += evaluate_model(model, tokens, [n], [m for m in methods if not is_identity(m)],
                                   mode=preset.eval_mode, max_windows=preset.max_windows,
                                   batch_size=preset.eval_batch_size,
-                                  passkey=False, progress=False)
+                                  passkey=False, progress=False, **preset.eval_kwargs)
         log(f"  eval_len {n}: {len(methods)} method(s) in {time.perf_counter() - t:.1f}s")
     return records
-
-
-def _variants(model, methods, length: int):
-    """``(method, model under it in eval mode, its parameters)`` for each method that applies to ``model`` and
-    reaches ``length`` tokens (a method that does not apply, or an embedding table too short, is skipped)."""
-    from posenc.lab.evaluate import model_variant
-
-    for method in methods:
-        try:
-            m, params = model_variant(model, method, length)
-        except ValueError:
-            continue
-        if m.scheme.max_positions is None or length <= m.scheme.max_positions:
-            yield method, m.eval(), params
-
-
-def _passkey(model, preset: BenchPreset, methods, tokenizer) -> dict[tuple[str, int], list[dict]]:
-    """Passkey grid (``passkey_lengths`` x ``passkey_depths`` x ``passkey_trials``) of every method on
-    ``model``: ``{(method, length): [cells]}``. Prompts without the instruction sentence
-    (``posenc.lab.tasks.passkey_grid(instruction=None)``) so that they fit a few ``L``; the last answer digit
-    is never an input, so the model sees ``length + digits - 1`` tokens, and the prompt is cut by that.
-    A cell's ``distance`` is the mean number of tokens from the key line's start to the question's end."""
-    from posenc.lab.tasks import passkey_grid, run_passkey
-
-    digits = 5
-    out: dict[tuple[str, int], list[dict]] = {}
-    for length in preset.passkey_lengths:
-        try:
-            prompts = passkey_grid([length - (digits - 1)], preset.passkey_depths, preset.passkey_trials,
-                                   tokenizer, preset.seed, digits=digits, instruction=None)
-        except ValueError:
-            continue  # too short for a prompt
-        for method, m, _ in _variants(model, methods, length):
-            res = run_passkey(lambda x, m=m: m(x, impl="auto"), prompts)
-            dist = {}
-            for t in res["trials"]:
-                dist.setdefault(t["depth"], []).append(t["length"] - t["key_start"])
-            out[(method, length)] = [{"length": length, "depth": c["depth"], "accuracy": c["accuracy"],
-                                      "digit_accuracy": c["digit_accuracy"], "n": c["n"],
-                                      "distance": round(sum(dist[c["depth"]]) / len(dist[c["depth"]]))}
-                                     for c in res["cells"]]
-    return out
-
-
-def _passkey_records(name: str, train_len: int, pk: dict) -> list[RetrievalRecord]:
-    """The passkey cells as retrieval records (task ``"passkey"``; chance is not defined)."""
-    return [RetrievalRecord("passkey", name, method, train_len, length, c["distance"], c["accuracy"], c["n"],
-                            extra={"depth": c["depth"], "digit_accuracy": c["digit_accuracy"]})
-            for (method, length), cs in pk.items() for c in cs]
-
-
-def _recall(model, preset: BenchPreset, methods, tokens, name: str, log, lengths=None) -> list[RetrievalRecord]:
-    """The recall probe (:mod:`posenc.lab.recall`) of every method on ``model`` at every
-    ``recall_lengths`` (or ``lengths``) x :func:`~posenc.lab.recall.probe_distances` cell, ``recall_trials``
-    sequences each (the same sequences for every method)."""
-    from posenc.lab.recall import RecallSpec, probe_distances, recall_probe, score_recall
-
-    spec = RecallSpec(pairs=preset.recall_pairs)
-    L = preset.train_len
-    out: list[RetrievalRecord] = []
-    for n in preset.recall_lengths if lengths is None else lengths:
-        t = time.perf_counter()
-        probes = [recall_probe(tokens, n, d, preset.recall_trials, preset.seed, spec) for d in probe_distances(L, n)]
-        for method, m, params in _variants(model, methods, n):
-            for p in probes:
-                acc = score_recall(lambda x, m=m: m(x, impl="auto"), p, batch_size=preset.eval_batch_size * 4)
-                out.append(RetrievalRecord("recall", name, method, L, n, p.distance, acc, len(p.answers),
-                                           spec.chance, params=params))
-        log(f"  recall at {n}: {len(methods)} method(s) x {len(probes)} distances in {time.perf_counter() - t:.1f}s")
-    return out
 
 
 def _machine(device: str) -> dict:
@@ -358,12 +338,13 @@ def _machine(device: str) -> dict:
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
-def _bench_record(rec: EvalRecord, name: str, finetuned: bool, pk: dict) -> EvalRecord:
-    """``rec`` under the bench's model ``name``, with its passkey cells from ``pk`` (or None)."""
+def _bench_record(rec: EvalRecord, name: str, finetuned: bool, pk: dict, seed: int) -> EvalRecord:
+    """``rec`` under the bench's model ``name`` (trained with ``seed``, ``extra["seed"]``), with its passkey
+    cells from ``pk`` (or None)."""
     note = "; ".join(x for x in (rec.note, "fine-tuned from the rope checkpoint") if x) if finetuned else rec.note
     cells = pk.get((rec.method, rec.eval_len))
     passkey = {"accuracy": sum(c["accuracy"] for c in cells) / len(cells), "cells": cells} if cells else None
-    return rec.replace(scheme=name, note=note, passkey=passkey)
+    return rec.replace(scheme=name, note=note, passkey=passkey, extra={**rec.extra, "seed": seed})
 
 
 def _clean(records: list[EvalRecord]) -> list[dict]:
@@ -402,20 +383,37 @@ def run_bench(preset: BenchPreset | str, out_dir, progress: bool = True, *, corp
         torch.set_num_threads(old_threads)
 
 
+def _run_dir(runs_dir: Path, scheme: str, seed: int, preset: BenchPreset) -> Path:
+    """``runs_dir/<scheme>`` for the preset's seed (the folder of a single-seed run), ``<scheme>-seed<k>`` else."""
+    name = scheme.replace(":", "-").replace(",", "-").replace("=", "")
+    return runs_dir / (name if seed == preset.seed else f"{name}-seed{seed}")
+
+
 def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool, log, timings) -> dict[str, Path]:
-    """Train (or reuse) every scheme of ``preset``: ``{scheme: run_dir}``."""
+    """Train (or reuse) every scheme of ``preset`` at each of its seeds (:meth:`BenchPreset.seeds_for`):
+    ``{scheme: run_dir}`` of the preset's own seed; the other seeds' folders are :func:`_seed_runs`."""
     run_dirs: dict[str, Path] = {}
     for scheme in preset.schemes:
         name, params = scheme_spec(scheme)
-        run_dir = runs_dir / scheme.replace(":", "-").replace(",", "-").replace("=", "")
-        t = time.perf_counter()
-        train_or_reuse(f"train {scheme}", f"{preset.steps} steps x {preset.batch_size} x {preset.train_len}",
-                       run_dir, preset.steps, log, _train, preset, name, run_dir, device, progress,
-                       scheme_params=params)
-        timings[f"train/{scheme}"] = time.perf_counter() - t
-        run_dirs[scheme] = run_dir
-        log(f"train {scheme}: done in {timings[f'train/{scheme}']:.1f}s")
+        for seed in preset.seeds_for(scheme):
+            run_dir = _run_dir(runs_dir, scheme, seed, preset)
+            label = scheme if seed == preset.seed else f"{scheme} seed {seed}"
+            t = time.perf_counter()
+            train_or_reuse(f"train {label}", f"{preset.steps} steps x {preset.batch_size} x {preset.train_len}",
+                           run_dir, preset.steps, log, _train, preset, name, run_dir, device, progress,
+                           scheme_params=params, seed=seed)
+            key = f"train/{scheme}" if seed == preset.seed else f"train/{scheme}/seed{seed}"
+            timings[key] = time.perf_counter() - t
+            if seed == preset.seed:
+                run_dirs[scheme] = run_dir
+            log(f"train {label}: done in {timings[key]:.1f}s")
     return run_dirs
+
+
+def _seed_runs(preset: BenchPreset, runs_dir: Path) -> list[tuple[str, int, Path]]:
+    """``(scheme, seed, run_dir)`` of every extra seed (besides the preset's own) that :func:`_train_all` trains."""
+    return [(scheme, seed, _run_dir(runs_dir, scheme, seed, preset)) for scheme in preset.schemes
+            for seed in preset.seeds_for(scheme) if seed != preset.seed]
 
 
 def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path], device: str, progress: bool,
@@ -436,10 +434,13 @@ def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path]
             from posenc.lab.checkpoint import load_model
 
             scheme, params = load_model(bases[ft.scheme_from]).scheme.extend(ft.method, **ft.params).to_dict(), {}
+        schedule = None if init is None else ft.schedule(preset.lr)  # a fine-tune warms up again, lower peak
         train_or_reuse(f"fine-tune {ft.name}",
-                       f"{ft.method} {ft.params} {ft.options} from {init or 'scratch'}, {ft.steps} steps at {ft_len}",
+                       f"{ft.method} {ft.params} {ft.options} from {init or 'scratch'}, {ft.steps} steps at {ft_len}"
+                       + (f", lr {schedule['lr']:g} after {schedule['warmup']} warmup steps" if schedule else ""),
                        run_dir, ft.steps, log, _train, preset, scheme, run_dir, device, progress,
-                       steps=ft.steps, train_len=ft_len, init=init, scheme_params=params, options=ft.options)
+                       steps=ft.steps, train_len=ft_len, init=init, scheme_params=params, options=ft.options,
+                       schedule=schedule)
         timings[f"finetune/{ft.name}"] = time.perf_counter() - t
         ft_dirs[ft.name] = run_dir
     return ft_dirs
@@ -450,42 +451,46 @@ def _ppl_cell(load, tokens, preset: BenchPreset, methods, log, n: int) -> list[d
 
 
 def _passkey_cell(load, preset: BenchPreset, methods, tokenizer) -> list[list]:
-    return [[m, n, cells] for (m, n), cells in _passkey(load(), preset, methods, tokenizer).items()]
+    return [[m, n, cells] for (m, n), cells in passkey_cells(load(), preset, methods, tokenizer).items()]
 
 
-def _recall_cell(load, preset: BenchPreset, methods, tokens, name: str, log, n: int) -> list[dict]:
-    return [r.to_dict() for r in _recall(load(), preset, methods, tokens, name, log, lengths=[n])]
+def _recall_cell(load, preset: BenchPreset, methods, tokens, name: str, log, n: int, seed: int = 0) -> list[dict]:
+    return [r.to_dict() for r in retrieval_records(load(), preset, methods, tokens, name, log, [n], seed)]
 
 
 def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
-                  log, timings, cells) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
+                  log, timings, cells, seed_runs=()) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
     """Every model (trained schemes with their methods, fine-tunes as they are) at every length: the
     perplexity records and the retrieval records, each (model, length, probe) a cell of ``cells``
     (:class:`~posenc.lab.bench_cells.BenchCells`): finished cells of an interrupted run are read back, not
-    computed again."""
+    computed again. Each record's ``extra["seed"]`` is the training seed of its model (``seed_runs``: the
+    extra seeds' ``(scheme, seed, run_dir)``, evaluated like the preset's own under the same name)."""
     records: list[EvalRecord] = []
-    retrieval: list[RetrievalRecord] = []
-    models = [(scheme, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, run_dir in run_dirs.items()]
-    models += [(name, run_dir, [NONE.name]) for name, run_dir in ft_dirs.items()]
-    for name, run_dir, methods in models:
+    retrieval: list[RetrievalRecord] = content_copy_records(preset, data.test)
+    models = [(scheme, preset.seed, run_dir, [NONE.name, *preset.methods_for(scheme)])
+              for scheme, run_dir in run_dirs.items()]
+    models += [(scheme, seed, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, seed, run_dir in seed_runs]
+    models += [(name, preset.seed, run_dir, [NONE.name]) for name, run_dir in ft_dirs.items()]
+    for name, seed, run_dir, methods in models:
         t = time.perf_counter()
-        log(f"eval {name}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
+        label = name if seed == preset.seed else f"{name}/seed{seed}"
+        log(f"eval {label}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
         model = cells.model(name, run_dir, methods)  # loaded on first use
         recs = []
         for n in preset.eval_lengths:
             recs += cells.get("ppl", n, _ppl_cell, model, data.test, preset, methods, log, n)
-        timings[f"eval/{name}"] = time.perf_counter() - t
+        timings[f"eval/{label}"] = time.perf_counter() - t
         t = time.perf_counter()
         pk_rows = cells.get("passkey", None, _passkey_cell, model, preset, methods, data.tokenizer) \
             if preset.passkey_lengths else []
         pk = {(m, n): c for m, n, c in pk_rows}
-        retrieval += _passkey_records(name, preset.train_len, pk)
+        retrieval += passkey_records(name, preset.train_len, pk, seed)
         for n in preset.recall_lengths:
-            rows = cells.get("recall", n, _recall_cell, model, preset, methods, data.test, name, log, n)
+            rows = cells.get("recall", n, _recall_cell, model, preset, methods, data.test, name, log, n, seed)
             retrieval += [RetrievalRecord.from_dict(r) for r in rows]
-        timings[f"retrieval/{name}"] = time.perf_counter() - t
-        records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk) for r in recs]
-        log(f"eval {name}: done in {timings[f'eval/{name}']:.1f}s (+ retrieval {timings[f'retrieval/{name}']:.1f}s)")
+        timings[f"retrieval/{label}"] = time.perf_counter() - t
+        records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk, seed) for r in recs]
+        log(f"eval {label}: done in {timings[f'eval/{label}']:.1f}s (+ retrieval {timings[f'retrieval/{label}']:.1f}s)")
     return records, retrieval
 
 
@@ -511,7 +516,8 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
     run_dirs = _train_all(preset, runs_dir, device, progress, log, timings)
     ft_dirs = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings)
     cells = BenchCells(out_dir / "cells", preset, data, device, stop)
-    records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings, cells)
+    records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings, cells,
+                                       _seed_runs(preset, runs_dir))
     if cells.reused:
         log(f"reused {cells.reused} finished evaluation cell(s) of an earlier run from {cells.store.folder}")
     tokens = data.test
@@ -525,7 +531,13 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
                         "eval_split": "test", "eval_tokens": int(len(tokens)),
                         "passkey": "tasks.passkey_grid without the instruction sentence, teacher-forced exact match",
                         "recall": "posenc.lab.recall: key-value recall in test-split text, exact match on the final "
-                                  "query"},
+                                  "query" if preset.recall_task == "recall" else
+                                  "posenc.lab.kv_recall: kv_recall (key matching) and offset (the token 2 after the "
+                                  "key) in test-split text, exact match on the final query; content_copy rows: the "
+                                  "control that copies a value of the window by content alone",
+                        "ppl_windows": preset.eval_mode + (f": the last {preset.eval_kwargs['target_len']} tokens of "
+                                                           f"windows ending at the same tokens at every length"
+                                                           if preset.eval_mode == "tail" else "")},
                "records": _clean(records), "retrieval": [r.to_dict() for r in retrieval]}
     atomic_write_json(out_dir / "results.json", results, indent=1, default=str)
     paths = write_report(results, out_dir)

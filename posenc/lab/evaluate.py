@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from posenc._util import check_device, check_positive_int
+from posenc.lab.batches import EVAL_MODES
 from posenc.lab.metrics import evaluate_lm
 from posenc.lab.records import EvalRecord
 from posenc.models.tinylm import TinyLM
@@ -130,8 +131,8 @@ def check_eval_args(lengths: Sequence[int], methods: Sequence[str] = (), mode: s
     check_positive_int("batch_size", batch_size)
     if max_windows is not None:
         check_positive_int("max_windows", max_windows)
-    if mode not in ("nonoverlap", "sliding"):
-        raise ValueError(f"mode must be 'nonoverlap' or 'sliding', got {mode!r}")
+    if mode not in EVAL_MODES:
+        raise ValueError(f"mode must be one of {EVAL_MODES}, got {mode!r}")
     for method in methods:
         try:
             parse_methods(method)
@@ -141,7 +142,7 @@ def check_eval_args(lengths: Sequence[int], methods: Sequence[str] = (), mode: s
 
 
 def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows, batch_size, tokenizer,
-                  progress, passkey_trials, seed, device) -> EvalRecord:
+                  progress, passkey_trials, seed, device, tail=None) -> EvalRecord:
     """``rec`` filled in by ``m`` (the model under ``rec.method``) at ``rec.eval_len``; ``ValueError`` when the
     method does not apply. ``tokenizer`` is None when no passkey is asked for."""
     eval_len = rec.eval_len
@@ -159,8 +160,10 @@ def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows
         return m(x, impl="auto")
 
     with torch.no_grad():
-        r = evaluate_lm(logits_fn, tokens, eval_len, mode, batch_size, max_windows, progress=progress, device=device)
-        rec = rec.replace(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"])
+        r = evaluate_lm(logits_fn, tokens, eval_len, mode, batch_size, max_windows, progress=progress, device=device,
+                        **(tail or {}))
+        rec = rec.replace(ppl=r["ppl"], loss=r["loss"], accuracy=r["accuracy"], tokens=r["tokens"],
+                          extra={**rec.extra, "windows": r["windows"], "ppl_lo": r["ppl_lo"], "ppl_hi": r["ppl_hi"]})
         if tokenizer is not None:
             try:
                 rec = rec.replace(passkey=_passkey_rate(logits_fn, tokenizer, eval_len, passkey_trials, seed))
@@ -172,13 +175,16 @@ def _evaluate_one(m: TinyLM, rec: EvalRecord, tokens, methods, mode, max_windows
 def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Sequence[str] = (),
                    mode: str = "nonoverlap", max_windows: int | None = None, batch_size: int = 1,
                    passkey: bool = False, tokenizer=None, progress: bool = True, *, passkey_trials: int = 2,
-                   seed: int = 0, device: str | torch.device | None = None, params: dict | None = None) -> list[dict]:
+                   seed: int = 0, device: str | torch.device | None = None, params: dict | None = None,
+                   target_len: int | None = None, context_max: int | None = None) -> list[dict]:
     """One record per (eval_len, method) for ``"none"`` (the model's own scheme) and each of ``methods``,
     its ``params`` those actually used: the per-length defaults, overridden by ``params`` (each to the methods
     that take it; one that none takes is a ``ValueError``: :func:`check_method_params`).
 
     Perplexity/loss/accuracy come from :func:`posenc.lab.metrics.evaluate_lm` (``mode``, ``max_windows``,
-    ``batch_size``) under ``torch.no_grad`` with ``impl="auto"``. With ``passkey`` (needs ``tokenizer``)
+    ``batch_size``; ``mode="tail"`` with ``target_len`` and ``context_max``: the same targets at every length)
+    under ``torch.no_grad`` with ``impl="auto"``; each record's extra keys ``windows``, ``ppl_lo``, ``ppl_hi``
+    give the number of windows and the perplexity's 95% interval over them. With ``passkey`` (needs ``tokenizer``)
     ``passkey`` is the exact-match rate over depths :data:`PASSKEY_DEPTHS` x ``passkey_trials``.
     A method raising ``ValueError`` (it does not apply, or a learned table is too short) is reported
     ``not_applicable`` with the message as ``note``.
@@ -199,7 +205,9 @@ def evaluate_model(model: TinyLM, tokens, lengths: Sequence[int], methods: Seque
                 variant, used = model_variant(model, method, eval_len, params)
                 rec = rec.replace(params=used)
                 rec = _evaluate_one(variant, rec, tokens, methods, mode, max_windows, batch_size,
-                                    tokenizer if passkey else None, progress, passkey_trials, seed, device)
+                                    tokenizer if passkey else None, progress, passkey_trials, seed, device,
+                                    tail={"target_len": target_len, "context_max": context_max} if mode == "tail"
+                                    else None)
             except ValueError as exc:
                 rec = rec.replace(status="not_applicable", note=str(exc))
             records.append(rec.to_dict())

@@ -34,7 +34,8 @@ LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: str = "nonoverlap",
                 batch_size: int = 1, max_windows: int | None = None, stride: int | None = None,
                 progress: bool = True, *, per_position_loss: bool = False, position_buckets: int = 32,
-                device: torch.device | str | None = None) -> dict:
+                device: torch.device | str | None = None, target_len: int | None = None,
+                context_max: int | None = None) -> dict:
     """Mean next-token cross-entropy, perplexity and top-1 accuracy of ``logits_fn`` on ``tokens``.
 
     ``loss = sum(-log p(y_t | x_<=t)) / n`` over the counted targets (float64 sums of float32
@@ -45,16 +46,24 @@ def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: st
     With ``per_position_loss`` the result also has ``position_loss`` (mean loss of the counted targets
     at input positions ``[position_edges[i], position_edges[i+1])``; NaN where none counted) and
     ``position_edges`` (``min(position_buckets, eval_len)`` equal buckets over ``[0, eval_len)``).
+    ``tail`` mode (``target_len``, ``context_max``): the same ``target_len`` last targets of windows ending at
+    the same tokens at every ``eval_len`` (like-for-like perplexity across lengths). The result also has
+    ``ppl_lo`` / ``ppl_hi``: the 95% interval of the perplexity over the windows (Student's t on the windows'
+    mean losses, exponentiated: :func:`posenc.lab.stats.ppl_interval`; None with one window).
     Runs under ``torch.no_grad``; put a model in ``eval()`` mode before wrapping it.
     """
+    from posenc.lab.stats import ppl_interval
+
     eval_len = check_positive_int("eval_len", eval_len)
     batch_size = check_positive_int("batch_size", batch_size)
-    starts, score_from = eval_window_starts(len(tokens), eval_len, mode, stride, max_windows)
+    starts, score_from = eval_window_starts(len(tokens), eval_len, mode, stride, max_windows, target_len=target_len,
+                                            context_max=context_max)
     n_buckets = min(check_positive_int("position_buckets", position_buckets), eval_len)
     edges = np.linspace(0, eval_len, n_buckets + 1).round().astype(np.int64)
     bucket_of = torch.from_numpy(np.searchsorted(edges, np.arange(eval_len), side="right") - 1)  # [N]
     pos = torch.arange(eval_len)
     loss_sum = correct = count = 0.0
+    window_losses: list[float] = []
     bucket_loss = torch.zeros(n_buckets, dtype=torch.float64)
     bucket_count = torch.zeros(n_buckets, dtype=torch.float64)
 
@@ -74,6 +83,7 @@ def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: st
         nll = F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double()  # [B, N]
         hit = (logits.argmax(-1) == y).double()  # [B, N]
         mask = (pos[None, :] >= torch.from_numpy(f)[:, None]).double()  # [B, N] counted targets
+        window_losses += ((nll * mask).sum(1) / mask.sum(1).clamp_min(1)).tolist()
         loss_sum += float((nll * mask).sum())
         correct += float((hit * mask).sum())
         count += float(mask.sum())
@@ -83,6 +93,8 @@ def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: st
     loss = loss_sum / count
     out = {"ppl": math.exp(loss), "loss": loss, "accuracy": correct / count, "tokens": int(count),
            "windows": len(starts), "eval_len": eval_len, "mode": mode}
+    iv = ppl_interval(window_losses, over="windows")
+    out["ppl_lo"], out["ppl_hi"] = (iv.lo, iv.hi) if iv.known else (None, None)
     if per_position_loss:
         out["position_loss"] = (bucket_loss / bucket_count).tolist()  # 0/0 -> NaN for empty buckets
         out["position_edges"] = edges.tolist()

@@ -73,9 +73,12 @@ class EvalRecord:
 # ------------------------------------------------------------------------------------------ retrieval
 # every retrieval record carries these keys, in this order (``results.json["retrieval"]``)
 RETRIEVAL_KEYS = ("task", "scheme", "method", "train_len", "eval_len", "distance", "accuracy", "n", "chance")
-RETRIEVAL_TASKS = ("recall", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
-# recall: posenc.lab.recall; passkey: Landmark's pass key (posenc.lab.tasks and the long-context suite); the rest
-# are the long-context suite's query kinds (posenc.hf.suite.tasks.QUERY_KINDS)
+RETRIEVAL_TASKS = ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+# recall: posenc.lab.recall's single needle, a content-copy control (the only value of the window); kv_recall and
+# offset: posenc.lab.kv_recall (key matching among distractor values; the token 2 after the key); passkey:
+# Landmark's pass key (posenc.lab.tasks and the long-context suite); the rest are the long-context suite's query
+# kinds (posenc.hf.suite.tasks.QUERY_KINDS). Bench rows carry the model's training seed as extra["seed"], and
+# rows of scheme "content_copy" are the control of kv_recall / offset (posenc.lab.bench_probes)
 
 
 @dataclass(frozen=True)

@@ -60,13 +60,14 @@ log = logging.getLogger("posenc")
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
 # TrainConfig fields added after runs were saved: a saved run without them used their defaults.
-_ADDED_FIELDS = ("positions", "position_range", "pose_chunks", "s2_groups")
+_ADDED_FIELDS = ("positions", "position_range", "pose_chunks", "s2_groups", "recall_task")
 
 
 # The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 1200 steps, 16 text windows and 4
 # recall rows of weight 0.25 per step), so `posenc train` with no flags trains the model the README measures.
 DEFAULT_WARMUP = 100
 WARMUP_FRACTION = 5  # an unset warmup is at most steps // WARMUP_FRACTION
+RECALL_TASKS = ("recall", "kv")  # the recall rows' generators: posenc.lab.recall / posenc.lab.kv_recall
 
 
 class TrainConfigWarning(UserWarning):
@@ -110,7 +111,8 @@ class TrainConfig:
     compile: bool = False
     recall_batch: int = 4  # recall sequences added to each batch (posenc.lab.recall); 0: text only
     recall_weight: float = 0.25  # weight of their loss next to the text loss
-    recall_pairs: int = 1  # key-value pairs per recall row
+    recall_pairs: int = 1  # key-value pairs (recall) or definitions (kv) per recall row
+    recall_task: str = "recall"  # recall rows: "recall" (posenc.lab.recall) or "kv" (posenc.lab.kv_recall)
     positions: str = "contiguous"  # training position ids (posenc.lab.positions): contiguous | pose | randomized
     position_range: int = 0  # the ids pose / randomized cover, L_t > train_len (required with them)
     pose_chunks: int = 2  # PoSE's chunks per window (the paper's default 2)
@@ -135,6 +137,8 @@ class TrainConfig:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"TrainConfig.{name} must be a finite number >= 0, got {v!r}")
         check_device("TrainConfig.device", self.device)
+        if self.recall_task not in RECALL_TASKS:
+            raise ValueError(f"TrainConfig.recall_task must be one of {list(RECALL_TASKS)}, got {self.recall_task!r}")
         if self.min_lr > self.lr:
             raise ValueError(f"TrainConfig.min_lr ({self.min_lr}) must be <= TrainConfig.lr ({self.lr})")
         self._check_training_options()
@@ -318,8 +322,13 @@ def _batch_loss(fwd, tokens, cfg: TrainConfig, step: int, rank: int, world: int,
     if not cfg.recall_batch:
         logits = fwd(x.to(device), pos, impl="auto")  # [b, N, V]
         return F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
-    xr, yr = recall_batch(tokens, cfg.recall_batch, cfg.train_len, cfg.seed, step,
-                          RecallSpec(pairs=cfg.recall_pairs))
+    if cfg.recall_task == "kv":
+        from posenc.lab.kv_recall import KVSpec, kv_batch
+
+        xr, yr = kv_batch(tokens, cfg.recall_batch, cfg.train_len, cfg.seed, step, KVSpec(pairs=cfg.recall_pairs))
+    else:
+        xr, yr = recall_batch(tokens, cfg.recall_batch, cfg.train_len, cfg.seed, step,
+                              RecallSpec(pairs=cfg.recall_pairs))
     xr, yr = xr[rank * b:(rank + 1) * b], yr[rank * b:(rank + 1) * b]
     logits = fwd(torch.cat([x, xr]).to(device), pos, impl="auto").float()  # [b_text + b_recall, N, V]
     n = x.shape[0]
