@@ -121,6 +121,9 @@ def test_finetunes_learned_extensions_and_passkey_run_as_the_preset_says(tmp_pat
     assert [(c.scheme, c.train_len, c.steps, c.init) for c in calls] == [
         ("learned", 16, 2, None), ("rope", 16, 2, None), ("pi", 32, 2, str(out / "runs" / "rope"))]
     assert calls[-1].scheme_params == {"factor": 2.0}
+    # the fine-tune warms up again and decays from a tenth of the preset's peak (FineTune.schedule)
+    assert (calls[-1].lr, calls[-1].min_lr, calls[-1].warmup) == pytest.approx((preset.lr / 10, preset.lr / 100, 1))
+    assert (calls[0].lr, calls[0].warmup) == (preset.lr, 0)  # a trained scheme keeps the preset's recipe
     recs = results["records"]
     assert {(r["scheme"], r["method"], r["eval_len"]) for r in recs} == expected_rows(preset.to_dict())
     # the bare learned table refuses 8L (not applicable), its hierarchical extension runs there
@@ -323,3 +326,35 @@ def test_a_rerun_removes_the_temp_files_of_a_killed_one(tiny):
         p.write_text("partial")
     bench.run_bench("tiny", out, progress=False)
     assert not any(p.exists() for p in stale) and not list(out.rglob("*.tmp"))
+
+
+def test_kv_probes_seeds_and_like_for_like_windows(tmp_path, tiny):
+    """recall_task "kv": kv_recall and offset cells for every model and method, the content-copy control rows,
+    the headline scheme trained at each seed (records carry the seed), perplexity on the same targets at every
+    length with its interval over the windows."""
+    _, calls = tiny
+    preset = bench.BenchPreset("tiny3", "", corpus=bench.PRESETS["tiny"].corpus, dim=16, n_layers=1, n_heads=2,
+                               train_len=16, steps=2, batch_size=2, warmup=1, val_batches=1, eval_factors=(1, 2),
+                               schemes=("sinusoidal", "rope"), rope_methods=("pi",), learned_methods=(),
+                               max_windows=3, eval_batch_size=2, recall_batch=2, recall_pairs=1, recall_trials=4,
+                               recall_task="kv", seeds=2, seed_schemes=("rope",), eval_mode="tail", seed=5)
+    results = bench.run_bench(preset, tmp_path / "out3", progress=False)
+    assert sorted((c.scheme, c.seed, c.recall_task) for c in calls) == [
+        ("rope", 5, "kv"), ("rope", 6, "kv"), ("sinusoidal", 5, "kv")]
+    recs = results["records"]
+    assert {(r["scheme"], r["method"], r["seed"]) for r in recs} == {
+        ("sinusoidal", "none", 5), ("rope", "none", 5), ("rope", "pi", 5), ("rope", "none", 6), ("rope", "pi", 6)}
+    for r in recs:  # the last 16 targets of 3 windows at both lengths, with the interval over the windows
+        assert r["tokens"] == 3 * 16 and r["windows"] == 3 and r["ppl_lo"] < r["ppl"] < r["ppl_hi"], r
+    ret = results["retrieval"]
+    assert {r["task"] for r in ret} == {"kv_recall", "offset"}
+    models = {(r["scheme"], r["method"], r["seed"]) for r in recs}
+    for task in ("kv_recall", "offset"):
+        cells = {(r["scheme"], r["method"], r["seed"], r["eval_len"], r["distance"]) for r in ret
+                 if r["task"] == task and r["scheme"] != "content_copy"}
+        assert cells == {(*m, n, d) for m in models for n in (16, 32) for d in probe_distances(16, n) if d >= 3}
+        control = [r for r in ret if r["task"] == task and r["scheme"] == "content_copy"]
+        assert {(r["eval_len"], r["distance"]) for r in control} == {(n, d) for *_, n, d in cells}
+    for r in ret:
+        assert RetrievalRecord.from_dict(r).to_dict() == r and r["n"] == 4 and r["chance"] == 1 / 2
+    assert (tmp_path / "out3" / "runs" / "rope-seed6" / "config.json").exists()
