@@ -49,16 +49,14 @@ def test_probe_answer_is_exactly_where_stated(text, task, length, distance):
 
 
 def test_offset_needs_the_distance_from_the_key(text):
-    """kv_recall and offset share the definition: v1 and v2 sit next to the same key; only their offset differs."""
-    for seq, a1, a2 in zip(kv_probe(text, "offset", 128, 40, 16, seed=5).inputs,
-                           kv_probe(text, "offset", 128, 40, 16, seed=5).answers,
-                           kv_probe(text, "kv_recall", 128, 40, 16, seed=5).answers):
-        k = int(seq[-1]) - SPEC.n_keys
-        v1 = seq[np.flatnonzero(seq == k)[0] + 1]
-        assert a1 != v1  # the nearest value after the key is wrong for offset
-    p_off = kv_probe(text, "offset", 128, 40, 4, seed=5)
-    p_kv = kv_probe(text, "kv_recall", 128, 40, 4, seed=5)
-    assert not np.array_equal(p_off.inputs, p_kv.inputs)  # each task draws its own sequences
+    """v1 and v2 sit next to the same key: the nearest value after the key is offset's wrong answer, and only the
+    distance from the key tells the two apart."""
+    probe = kv_probe(text, "offset", 128, 40, 16, seed=5)
+    for seq, answer in zip(probe.inputs, probe.answers.tolist()):
+        a = np.flatnonzero(seq == int(seq[-1]) - SPEC.n_keys)[0]
+        assert seq[a + 1] != answer and seq[a + OFFSET] == answer
+        assert SPEC.values[0] <= seq[a + 1] < SPEC.values[1]
+    assert not np.array_equal(probe.inputs, kv_probe(text, "kv_recall", 128, 40, 16, seed=5).inputs)
 
 
 def test_probe_is_deterministic_and_seeded(text):
