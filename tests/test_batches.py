@@ -57,3 +57,23 @@ def test_eval_windows_cover_targets():
         list(B.eval_windows(tokens, 100, mode="bogus"))
     with pytest.raises(ValueError, match="stride"):
         list(B.eval_windows(tokens, 100, mode="sliding", stride=101))
+
+
+def test_tail_windows_score_the_same_targets_at_every_length():
+    """Like-for-like perplexity: at every length the scored targets are the same tokens (the last T of windows
+    ending at the same places), and a longer length only adds context in front of them."""
+    n_tokens, T, C = 5000, 64, 512
+    scored = {}
+    for n in (64, 128, 256, 512):
+        starts, score_from = B.eval_window_starts(n_tokens, n, "tail", max_windows=20, target_len=T, context_max=C)
+        assert len(starts) == 20 and (starts >= 0).all() and (starts + n < n_tokens).all()
+        assert (score_from == n - T).all()
+        # targets of window s are tokens s+1 .. s+n; the scored ones s+1+score_from .. s+n
+        scored[n] = np.concatenate([np.arange(s + 1 + f, s + n + 1) for s, f in zip(starts, score_from)])
+    for n in (128, 256, 512):
+        assert np.array_equal(scored[n], scored[64])
+    assert len(np.unique(scored[64])) == 20 * T  # the windows' targets do not overlap
+    with pytest.raises(ValueError, match="target_len"):
+        B.eval_window_starts(n_tokens, 64, "tail")
+    with pytest.raises(ValueError, match="context_max"):
+        B.eval_window_starts(n_tokens, 1024, "tail", target_len=T, context_max=C)

@@ -104,3 +104,22 @@ def test_perplexity_vs_length():
     assert [r["eval_len"] for r in rows] == [32, 128]
     assert [r["tokens"] for r in rows] == [256, 256]
     assert all(r["ppl"] == pytest.approx(V, rel=1e-6) for r in rows)
+
+
+def test_tail_mode_scores_the_same_targets_with_more_context_and_an_interval():
+    """evaluate_lm in tail mode: the same number of scored tokens at every length, the same loss for a
+    context-free model (a unigram oracle), and the perplexity's interval over the windows around it."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 8, size=3000)
+    bias = torch.randn(8)
+
+    def unigram(x):  # ignores the context: the same targets give the same loss at every length
+        return bias.expand(*x.shape, 8)
+
+    rows = [M.evaluate_lm(unigram, tokens, n, "tail", batch_size=4, max_windows=12, progress=False,
+                          target_len=32, context_max=256) for n in (32, 64, 256)]
+    assert [r["tokens"] for r in rows] == [12 * 32] * 3
+    assert rows[0]["loss"] == pytest.approx(rows[1]["loss"]) == pytest.approx(rows[2]["loss"])
+    assert all(r["ppl_lo"] < r["ppl"] < r["ppl_hi"] and r["windows"] == 12 for r in rows)
+    one = M.evaluate_lm(unigram, tokens, 32, "tail", max_windows=1, progress=False, target_len=32, context_max=256)
+    assert one["ppl_lo"] is None and one["ppl_hi"] is None

@@ -276,3 +276,21 @@ def test_cli_train_on_sigterm_prints_one_line_and_exits_143(corpus, tmp_path):
         last.endswith(f"saved a checkpoint in {out}; run the same command again to resume from it"), err[-2000:]
     step = int(last.split("at step ")[1].split(" ")[0])
     assert C.read_train_state(out)["step"] == step > 0
+
+
+def test_finetune_schedule_warms_up_again_and_decays_from_the_lower_peak():
+    """A bench fine-tune (FineTune.schedule): linear warmup to a tenth of the pretraining peak, then cosine decay
+    to a tenth of that, never above the lower peak."""
+    from posenc.lab.bench import FineTune
+
+    ft = FineTune("ft", "pi", {"factor": 2.0}, steps=150)
+    sched = ft.schedule(3e-3)
+    assert sched == pytest.approx({"lr": 3e-4, "min_lr": 3e-5, "warmup": 15})
+    cfg = TrainConfig(out_dir="x", steps=150, **sched)
+    lrs = [lr_at(s, cfg) for s in range(150)]
+    assert lrs[0] == pytest.approx(3e-4 / 15) and max(lrs) == pytest.approx(3e-4) == lrs[14]
+    assert all(a < b for a, b in zip(lrs[:14], lrs[1:15]))  # warmup rises
+    assert all(a >= b for a, b in zip(lrs[14:], lrs[15:]))  # then decays
+    assert lr_at(150, cfg) == pytest.approx(3e-5)
+    with pytest.raises(ValueError, match="lr_factor"):
+        FineTune("ft", "pi", lr_factor=2.0)
