@@ -19,6 +19,7 @@ import posenc.lab.train
 from posenc.lab import bench
 from posenc.lab.checkpoint import load_model, read_train_state
 from posenc.lab.interrupt import Interrupted
+from posenc.lab.kv_recall import DEF_LEN
 from posenc.lab.lock import FolderInUseError, FolderLock
 from posenc.lab.recall import probe_distances
 from posenc.lab.records import RETRIEVAL_KEYS, RetrievalRecord
@@ -352,7 +353,8 @@ def test_kv_probes_seeds_and_like_for_like_windows(tmp_path, tiny):
     for task in ("kv_recall", "offset"):
         cells = {(r["scheme"], r["method"], r["seed"], r["eval_len"], r["distance"]) for r in ret
                  if r["task"] == task and r["scheme"] != "content_copy"}
-        assert cells == {(*m, n, d) for m in models for n in (16, 32) for d in probe_distances(16, n) if d >= 3}
+        assert cells == {(*m, n, d) for m in models for n in (16, 32) for d in probe_distances(16, n)
+                         if d <= n - DEF_LEN}
         control = [r for r in ret if r["task"] == task and r["scheme"] == "content_copy"]
         assert {(r["eval_len"], r["distance"]) for r in control} == {(n, d) for *_, n, d in cells}
     for r in ret:

@@ -28,7 +28,7 @@ def _keys(seq, spec=SPEC):
 
 
 @pytest.mark.parametrize("task", KV_TASKS)
-@pytest.mark.parametrize("length,distance", [(64, 3), (64, 8), (64, 63), (256, 96), (256, 192), (512, 384)])
+@pytest.mark.parametrize("length,distance", [(64, 1), (64, 8), (64, 61), (256, 96), (256, 192), (512, 384)])
 def test_probe_answer_is_exactly_where_stated(text, task, length, distance):
     probe = kv_probe(text, task, length, distance, n_trials=8, seed=3)
     assert probe.inputs.shape == (8, length) and probe.distance == distance
@@ -39,7 +39,8 @@ def test_probe_answer_is_exactly_where_stated(text, task, length, distance):
         assert SPEC.keys[0] <= key < SPEC.keys[1]
         a = length - 1 - distance
         assert seq[a] == key and np.flatnonzero(seq == key)[0] == a  # the key's definition, exactly d back
-        assert answer == seq[a + (1 if task == "kv_recall" else OFFSET)]
+        assert answer == seq[SPEC.value_at(a, 1 if task == "kv_recall" else OFFSET)]
+        assert SPEC.value_at(a, 1) == a - 1 and SPEC.value_at(a, OFFSET) == a - 2  # "v2 v1 k"
         # every value of the window is distinct and from the same range: the answer occurs once
         vals = seq[_values(seq)]
         assert len(vals) == 2 * SPEC.pairs and len(set(vals.tolist())) == len(vals)
@@ -54,8 +55,8 @@ def test_offset_needs_the_distance_from_the_key(text):
     probe = kv_probe(text, "offset", 128, 40, 16, seed=5)
     for seq, answer in zip(probe.inputs, probe.answers.tolist()):
         a = np.flatnonzero(seq == int(seq[-1]) - SPEC.n_keys)[0]
-        assert seq[a + 1] != answer and seq[a + OFFSET] == answer
-        assert SPEC.values[0] <= seq[a + 1] < SPEC.values[1]
+        assert seq[a - 1] != answer and seq[a - OFFSET] == answer
+        assert SPEC.values[0] <= seq[a - 1] < SPEC.values[1]
     assert not np.array_equal(probe.inputs, kv_probe(text, "kv_recall", 128, 40, 16, seed=5).inputs)
 
 
@@ -87,7 +88,7 @@ def test_training_batch_targets_only_the_queries(text):
                 kind = "offset" if k >= SPEC.twins[0] else "kv"
                 key = k - (twin if kind == "offset" else 0)
                 (a,) = np.flatnonzero(seq == key)[:1]
-                assert a < q and tgt[q] == seq[a + (1 if kind == "kv" else OFFSET)]
+                assert a < q and tgt[q] == seq[SPEC.value_at(a, 1 if kind == "kv" else OFFSET)]
                 dists[kind].append(q - a)
     for d in dists.values():
         assert min(d) <= 8 and max(d) >= 48  # short and long distances within the window
@@ -110,8 +111,16 @@ def test_spec_and_probe_errors(text):
     with pytest.raises(ValueError, match="task"):
         kv_probe(text, "recall", 64, 8, 1)
     with pytest.raises(ValueError, match="distance"):
-        kv_probe(text, "kv_recall", 64, 64, 1)
+        kv_probe(text, "kv_recall", 64, 64 - DEF_LEN + 1, 1)
+    far = kv_probe(text, "kv_recall", 64, 64 - DEF_LEN, 1)  # the farthest: the definition opens the window
+    assert far.inputs[0, DEF_LEN - 1] == far.inputs[0, -1] and far.inputs[0, DEF_LEN - 2] == far.answers[0]
+    after = KVSpec(layout="after")  # "k v1 v2": the key first, the distance at least DEF_LEN
+    p = kv_probe(text, "offset", 64, DEF_LEN, 2, spec=after)
+    assert (p.inputs[:, -1 - DEF_LEN] == p.inputs[:, -1] - after.n_keys).all()
+    assert (p.inputs[:, -1 - DEF_LEN + OFFSET] == p.answers).all()
     with pytest.raises(ValueError, match="distance"):
-        kv_probe(text, "kv_recall", 64, DEF_LEN - 1, 1)
+        kv_probe(text, "kv_recall", 64, DEF_LEN - 1, 1, spec=after)
+    with pytest.raises(ValueError, match="layout"):
+        KVSpec(layout="middle")
     with pytest.raises(ValueError, match="fit"):
         kv_batch(text, 1, 16, 0, 0)

@@ -76,7 +76,7 @@ def probe_tasks(preset) -> tuple[str, ...]:
 def _probes(preset, tokens, n: int):
     """``[(task, probe, chance)]`` at length ``n``: every task x :func:`~posenc.lab.recall.probe_distances` cell,
     ``recall_trials`` sequences each (the same sequences for every model and method)."""
-    from posenc.lab.kv_recall import DEF_LEN, KVSpec, kv_probe
+    from posenc.lab.kv_recall import KVSpec, distance_range, kv_probe
     from posenc.lab.recall import RecallSpec, probe_distances, recall_probe
 
     out = []
@@ -85,7 +85,7 @@ def _probes(preset, tokens, n: int):
             if task == "recall":
                 spec = RecallSpec(pairs=preset.recall_pairs)
                 out.append((task, recall_probe(tokens, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
-            elif d >= DEF_LEN:
+            elif distance_range(n, KVSpec(pairs=preset.recall_pairs))[0] <= d <= distance_range(n)[1]:
                 spec = KVSpec(pairs=preset.recall_pairs)
                 out.append((task, kv_probe(tokens, task, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
     return out

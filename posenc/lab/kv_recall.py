@@ -4,22 +4,24 @@ The single-needle probe of :mod:`posenc.lab.recall` (``pairs=1``) writes the onl
 so a model can answer it by *content*: copy the one value it sees, wherever it is (NoPE does, at any length).
 This probe cannot be answered that way.
 
-A *definition* is three adjacent tokens ``k v1 v2`` written over the text: a key ``k`` and two values. Each
-window holds ``pairs`` definitions with distinct keys, and every value of the window is distinct (``2 * pairs``
-values, all from the same range). A query is one token:
+A *definition* is three adjacent tokens ``v2 v1 k`` written over the text: two values and a key ``k`` (the
+values come first, so the key's earlier occurrence carries them: layout ``"before"``; ``"after"``, ``k v1 v2``,
+is the induction-head layout, measured slower to learn). Each window holds ``pairs`` definitions with distinct
+keys, and every value of the window is distinct (``2 * pairs`` values, all from the same range). A query is one
+token:
 
-- ``kv_recall``: the key ``k`` again; the answer is ``v1``, the token right after ``k``'s definition. A model
+- ``kv_recall``: the key ``k`` again; the answer is ``v1``, the token right next to ``k``'s definition. A model
   that copies a value by content, without matching the key, picks one of the ``2 * pairs`` values of the
   window: chance ``1 / (2 * pairs)`` (:func:`content_copy_accuracy` measures it).
-- ``offset``: the key's twin ``k' = k + n_keys`` (a second id range, "the token ``offset`` after ``k``");
-  the answer is ``v2``, the token ``offset = 2`` positions after the key. Matching the key is not enough:
+- ``offset``: the key's twin ``k' = k + n_keys`` (a second id range, "the token ``offset`` from ``k``");
+  the answer is ``v2``, the token ``offset = 2`` positions from the key. Matching the key is not enough:
   ``v1`` and ``v2`` sit next to the same key, only their distance from it tells them apart, so a model that
-  matches keys but not offsets scores at most 1/2 and one that copies the nearest value after the key scores 0.
+  matches keys but not offsets scores at most 1/2 and one that copies the nearest value of the key scores 0.
 
 Training (:func:`kv_batch`): each row is a text window with ``pairs`` definitions and both queries of every
-key at random places after its definition, so definition-to-query distances cover ``3 .. seq_len``; the
+key at random places after its definition, so key-to-query distances cover ``1 .. seq_len``; the
 targets are the queries' answers only. Probe (:func:`kv_probe`): at length ``n`` and distance ``d`` the last
-input is the query, its key's definition starts exactly ``d`` tokens earlier (``x[n-1-d] == key``), and
+input is the query, its key sits exactly ``d`` tokens earlier (``x[n-1-d] == key``), and
 ``pairs - 1`` distractor definitions (and their queries) lie at random places. Draws depend only on
 ``(seed, step)`` and ``(seed, task, n, d)``.
 
@@ -38,11 +40,12 @@ import torch
 from posenc._util import check_positive_int
 from posenc.lab.recall import IGNORE, RecallProbe
 
-__all__ = ["KV_TASKS", "KVSpec", "content_copy_accuracy", "kv_batch", "kv_probe"]
+__all__ = ["KV_TASKS", "KVSpec", "content_copy_accuracy", "distance_range", "kv_batch", "kv_probe"]
 
 KV_TASKS = ("kv_recall", "offset")
-OFFSET = 2  # the offset task's answer is the token OFFSET positions after the key (v2 of "k v1 v2")
+OFFSET = 2  # the offset task's answer is the token OFFSET positions from the key (v2)
 DEF_LEN = OFFSET + 1
+LAYOUTS = ("before", "after")  # a definition: "v2 v1 k" (values before the key) or "k v1 v2"
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class KVSpec:
     keys: tuple[int, int] = (160, 176)
     values: tuple[int, int] = (128, 160)
     pairs: int = 4
+    layout: str = "before"
 
     def __post_init__(self):
         for name in ("keys", "values"):
@@ -64,6 +68,8 @@ class KVSpec:
             if a[0] < b[1] and b[0] < a[1]:
                 raise ValueError(f"KVSpec id ranges overlap: keys {self.keys}, twins {tw}, values {self.values}")
         check_positive_int("KVSpec.pairs", self.pairs)
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"KVSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.pairs > self.n_keys or 2 * self.pairs > self.n_values:
             raise ValueError(f"KVSpec.pairs ({self.pairs}) needs <= {self.n_keys} keys and 2 x pairs <= "
                              f"{self.n_values} values")
@@ -80,6 +86,15 @@ class KVSpec:
     def twins(self) -> tuple[int, int]:
         """The offset queries' ids: key ``k``'s twin is ``k + n_keys``."""
         return self.keys[1], self.keys[1] + self.n_keys
+
+    def key_at(self, start: int) -> int:
+        """Position of the key in a definition starting at ``start``; ``v1`` / ``v2`` are 1 / 2 from it,
+        away from the query's side for ``"before"`` (``v2 v1 k``), towards it for ``"after"`` (``k v1 v2``)."""
+        return start + (DEF_LEN - 1 if self.layout == "before" else 0)
+
+    def value_at(self, key_pos: int, which: int) -> int:
+        """Position of ``v1`` (``which = 1``) or ``v2`` (``which = 2``) of the key at ``key_pos``."""
+        return key_pos - which if self.layout == "before" else key_pos + which
 
     @property
     def chance(self) -> float:
@@ -107,9 +122,18 @@ def _free(occupied: np.ndarray, lo: int, hi: int, width: int) -> np.ndarray:
     return p[ok]
 
 
-def _define(seq, occupied, rng, key: int, vals, hi: int, n_queries: int, q_hi: int) -> list[int] | None:
-    """Write ``key v1 v2`` at a random free slot starting below ``hi`` and ``n_queries`` query slots after it,
-    below ``q_hi``; returns ``[definition, query...]`` starts, or None (nothing written) without room."""
+def _write(seq, spec: KVSpec, start: int, key: int, v1: int, v2: int) -> int:
+    """Write a definition at ``[start, start + DEF_LEN)``; returns the key's position."""
+    k = spec.key_at(start)
+    seq[k], seq[spec.value_at(k, 1)], seq[spec.value_at(k, 2)] = key, v1, v2
+    return k
+
+
+def _define(seq, occupied, rng, spec: KVSpec, key: int, vals, hi: int, n_queries: int,
+            q_hi: int) -> list[int] | None:
+    """Write a definition of ``key`` with ``vals = (v1, v2)`` at a random free slot starting below ``hi`` and
+    pick ``n_queries`` free query slots after it, below ``q_hi``; returns ``[key position, query...]``, or None
+    (nothing written) without room."""
     free = _free(occupied, 0, hi, DEF_LEN)
     after = np.concatenate([np.cumsum((~occupied[:q_hi])[::-1])[::-1], [0]])  # free single slots in [p, q_hi)
     free = free[(free + DEF_LEN <= q_hi) & (after[np.minimum(free + DEF_LEN, q_hi)] >= n_queries)]
@@ -118,10 +142,10 @@ def _define(seq, occupied, rng, key: int, vals, hi: int, n_queries: int, q_hi: i
     a = int(rng.choice(free))
     qs = _free(occupied, a + DEF_LEN, q_hi, 1)
     qs = rng.choice(qs, size=n_queries, replace=False).tolist()
-    seq[a], seq[a + 1:a + DEF_LEN] = key, vals
+    k = _write(seq, spec, a, key, *vals)
     occupied[a:a + DEF_LEN] = True
     occupied[qs] = True
-    return [a, *qs]
+    return [k, *qs]
 
 
 def kv_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int,
@@ -145,7 +169,7 @@ def kv_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step:
         y = np.full(seq_len, IGNORE, dtype=np.int64)
         keys, values = _draw(rng, spec)
         for k, (v1, v2) in zip(keys.tolist(), values.tolist()):
-            placed = _define(seq, occupied, rng, k, [v1, v2], seq_len - 2, 2, seq_len)
+            placed = _define(seq, occupied, rng, spec, k, [v1, v2], seq_len - 2, 2, seq_len)
             if placed is None:
                 continue
             _, q1, q2 = placed
@@ -159,15 +183,17 @@ def kv_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step:
 def kv_probe(tokens: np.ndarray, task: str, length: int, distance: int, n_trials: int, seed: int = 0,
              spec: KVSpec = KVSpec()) -> RecallProbe:
     """``n_trials`` probe sequences of ``length`` tokens for ``task`` (:data:`KV_TASKS`) whose final query's
-    key is defined exactly ``distance`` tokens back (``DEF_LEN <= distance <= length - 1``); the answers are
-    ``v1`` (``kv_recall``) or ``v2`` (``offset``). Text windows come from ``tokens`` (the test split)."""
+    key is exactly ``distance`` tokens back (``x[length - 1 - distance]``; ``1 <= distance <= length - DEF_LEN``
+    for ``"before"``, ``DEF_LEN <= distance <= length - 1`` for ``"after"``); the answers are ``v1``
+    (``kv_recall``) or ``v2`` (``offset``). Text windows come from ``tokens`` (the test split)."""
     if task not in KV_TASKS:
         raise ValueError(f"task must be one of {KV_TASKS}, got {task!r}")
     length = check_positive_int("length", length, minimum=8)
-    distance = check_positive_int("distance", distance, minimum=DEF_LEN)
+    distance = check_positive_int("distance", distance)
     n_trials = check_positive_int("n_trials", n_trials)
-    if distance > length - 1:
-        raise ValueError(f"distance must be in [{DEF_LEN}, length - 1 = {length - 1}], got {distance}")
+    lo, hi = distance_range(length, spec)
+    if not lo <= distance <= hi:
+        raise ValueError(f"distance must be in [{lo}, {hi}] at length {length}, got {distance}")
     if len(tokens) < length:
         raise ValueError(f"length {length} exceeds the {len(tokens)} tokens available")
     rng = np.random.default_rng([int(seed), KV_TASKS.index(task), length, distance, 0x0FF])
@@ -178,17 +204,22 @@ def kv_probe(tokens: np.ndarray, task: str, length: int, distance: int, n_trials
         occupied = np.zeros(length + DEF_LEN, dtype=bool)
         occupied[length - 1:] = True  # the query
         keys, values = _draw(rng, spec)
-        a = length - 1 - distance
-        seq[a], seq[a + 1:a + DEF_LEN] = keys[0], values[0]
+        a = length - 1 - distance - (spec.key_at(0))  # the definition's start
+        _write(seq, spec, a, int(keys[0]), *values[0].tolist())
         occupied[a:a + DEF_LEN] = True
         seq[length - 1] = keys[0] + (twin if task == "offset" else 0)
         for k, (v1, v2) in zip(keys[1:].tolist(), values[1:].tolist()):  # distractors, as in training
-            placed = _define(seq, occupied, rng, k, [v1, v2], length - 1, 2, length - 1)
+            placed = _define(seq, occupied, rng, spec, k, [v1, v2], length - 1, 2, length - 1)
             if placed is not None:
                 seq[placed[1]], seq[placed[2]] = k, k + twin
         inputs.append(seq)
         answers.append(int(values[0][0 if task == "kv_recall" else 1]))
     return RecallProbe(length, distance, np.stack(inputs), np.asarray(answers, dtype=np.int64))
+
+
+def distance_range(length: int, spec: KVSpec = KVSpec()) -> tuple[int, int]:
+    """The key-to-query distances a probe of ``length`` tokens can have: the definition must fit before the query."""
+    return (1, length - DEF_LEN) if spec.layout == "before" else (DEF_LEN, length - 1)
 
 
 def content_copy_accuracy(probe: RecallProbe, spec: KVSpec = KVSpec(), seed: int = 0) -> float:
