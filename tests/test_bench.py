@@ -17,6 +17,7 @@ import torch
 
 import posenc.lab.train
 from posenc.lab import bench
+from posenc.lab.bench_probes import CONTENT_COPY, probe_cells, probe_tasks
 from posenc.lab.checkpoint import load_model, read_train_state
 from posenc.lab.interrupt import Interrupted
 from posenc.lab.kv_recall import DEF_LEN
@@ -163,20 +164,26 @@ def test_committed_results_are_this_presets_run_within_its_budget(name):
     preset = bench.PRESETS[name]
     meta, recs = results["meta"], results["records"]
     assert meta["preset"] == name and meta["config"] == json.loads(json.dumps(preset.to_dict()))
-    rows = [(r["scheme"], r["method"], r["eval_len"]) for r in recs]
-    assert len(rows) == len(set(rows)) and set(rows) == expected_rows(meta["config"])
+    rows = [(r["scheme"], r["method"], r["eval_len"], r.get("seed", preset.seed)) for r in recs]
+    assert len(rows) == len(set(rows)) and {row[:3] for row in rows} == expected_rows(meta["config"])
+    seeds = {s: {row[3] for row in rows if row[0] == s} for s, *_ in rows}
+    assert all(sorted(seeds[s]) == preset.seeds_for(s) for s in preset.schemes), seeds  # every seed of the headline
     for r in recs:
         if r["status"] != "ok":  # only the bare learned table beyond its L
             assert (r["scheme"], r["method"]) == ("learned", "none") and r["eval_len"] > preset.train_len, r
             continue
         assert r["ppl"] > 1 and 0 < r["tokens"] <= preset.max_windows * r["eval_len"], r
         assert (r["passkey"] is not None) == (r["eval_len"] in preset.passkey_lengths), r
-    # retrieval: every model and method that ran at a recall length, at every probed distance
-    ret = {(r["scheme"], r["method"], r["eval_len"], r["distance"]) for r in results["retrieval"]
-           if r["task"] == "recall"}
-    assert ret == {(r["scheme"], r["method"], r["eval_len"], d) for r in recs
+    # retrieval: every model (seed) and method that ran at a recall length, at every probed task and distance,
+    # and the content-copy control of the key-matching probes at each of those cells
+    ret = {(r["task"], r["scheme"], r["method"], r.get("seed", preset.seed), r["eval_len"], r["distance"])
+           for r in results["retrieval"] if r["task"] in probe_tasks(preset) and r["scheme"] != CONTENT_COPY}
+    assert ret == {(t, r["scheme"], r["method"], r.get("seed", preset.seed), r["eval_len"], d) for r in recs
                    if r["status"] == "ok" and r["eval_len"] in preset.recall_lengths
-                   for d in probe_distances(preset.train_len, r["eval_len"])}
+                   for t, d in probe_cells(preset, r["eval_len"])}
+    control = {(r["task"], r["eval_len"], r["distance"]) for r in results["retrieval"] if r["scheme"] == CONTENT_COPY}
+    assert control == ({(t, n, d) for n in preset.recall_lengths for t, d in probe_cells(preset, n)}
+                       if preset.recall_task == "kv" else set())
     for r in results["retrieval"]:
         assert RetrievalRecord.from_dict(r).to_dict() == r and r["n"] == preset.recall_trials
     # "<= 15 min" is a bound; "~1 h" allows a quarter over

@@ -140,6 +140,7 @@ class BenchPreset:
     seeds: int = 1  # training seeds (seed, seed + 1, ...) of each scheme in seed_schemes; the others train once
     seed_schemes: tuple[str, ...] = ("rope", "alibi", "nope")  # the headline rows (RoPE with its methods)
     eval_target: int | None = None  # eval_mode "tail": the scored last tokens of each window (None: train_len)
+    recall_distances: tuple[float, ...] | None = None  # probed distances as fractions of L (None: probe_distances')
     max_windows: int | None = 8
     eval_batch_size: int = 4
     eval_mode: str = "nonoverlap"
@@ -192,7 +193,7 @@ class BenchPreset:
         """The preset as plain data; a fine-tune's training-time fields at their defaults (no ``options``, no
         ``scheme_from``) are left out, so presets recorded before those fields existed still compare equal."""
         d = asdict(self)
-        for key in ("recall_task", "seeds", "seed_schemes", "eval_target"):  # added later: left out at defaults
+        for key in _PRESET_DEFAULTS:  # added later: left out at defaults
             if d[key] == _PRESET_DEFAULTS[key]:
                 del d[key]
         for ft in d.get("finetunes", []):
@@ -202,7 +203,8 @@ class BenchPreset:
         return d
 
 
-_PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None}
+_PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None,
+                    "recall_distances": None}
 
 PRESETS: dict[str, BenchPreset] = {
     "quick": BenchPreset(

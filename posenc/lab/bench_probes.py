@@ -13,7 +13,7 @@ import time
 
 from posenc.lab.records import RetrievalRecord
 
-__all__ = ["CONTENT_COPY", "content_copy_records", "passkey_cells", "passkey_records", "probe_tasks",
+__all__ = ["CONTENT_COPY", "content_copy_records", "passkey_cells", "passkey_records", "probe_cells", "probe_tasks",
            "retrieval_records", "variants"]
 
 CONTENT_COPY = "content_copy"  # the scheme name of the content-only control rows
@@ -73,21 +73,32 @@ def probe_tasks(preset) -> tuple[str, ...]:
     return ("kv_recall", "offset") if preset.recall_task == "kv" else ("recall",)
 
 
+def probe_cells(preset, n: int) -> list[tuple[str, int]]:
+    """``(task, distance)`` of every retrieval cell at length ``n``: each task at the preset's
+    :func:`~posenc.lab.recall.probe_distances` (``recall_distances`` fractions of ``L`` when set) that fit."""
+    from posenc.lab.kv_recall import KVSpec, distance_range
+    from posenc.lab.recall import probe_distances
+
+    fractions = {} if preset.recall_distances is None else {"fractions": preset.recall_distances}
+    ds = probe_distances(preset.train_len, n, **fractions)
+    lo, hi = distance_range(n, KVSpec(pairs=preset.recall_pairs))
+    return [(task, d) for task in probe_tasks(preset) for d in ds if task == "recall" or lo <= d <= hi]
+
+
 def _probes(preset, tokens, n: int):
-    """``[(task, probe, chance)]`` at length ``n``: every task x :func:`~posenc.lab.recall.probe_distances` cell,
-    ``recall_trials`` sequences each (the same sequences for every model and method)."""
-    from posenc.lab.kv_recall import KVSpec, distance_range, kv_probe
-    from posenc.lab.recall import RecallSpec, probe_distances, recall_probe
+    """``[(task, probe, chance)]`` at length ``n``, one per :func:`probe_cells` cell, ``recall_trials`` sequences
+    each (the same sequences for every model and method)."""
+    from posenc.lab.kv_recall import KVSpec, kv_probe
+    from posenc.lab.recall import RecallSpec, recall_probe
 
     out = []
-    for task in probe_tasks(preset):
-        for d in probe_distances(preset.train_len, n):
-            if task == "recall":
-                spec = RecallSpec(pairs=preset.recall_pairs)
-                out.append((task, recall_probe(tokens, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
-            elif distance_range(n, KVSpec(pairs=preset.recall_pairs))[0] <= d <= distance_range(n)[1]:
-                spec = KVSpec(pairs=preset.recall_pairs)
-                out.append((task, kv_probe(tokens, task, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
+    for task, d in probe_cells(preset, n):
+        if task == "recall":
+            spec = RecallSpec(pairs=preset.recall_pairs)
+            out.append((task, recall_probe(tokens, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
+        else:
+            spec = KVSpec(pairs=preset.recall_pairs)
+            out.append((task, kv_probe(tokens, task, n, d, preset.recall_trials, preset.seed, spec), spec.chance))
     return out
 
 
