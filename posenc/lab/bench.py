@@ -212,12 +212,18 @@ PRESETS: dict[str, BenchPreset] = {
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
         max_windows=24, recall_factors=(1, 2, 4)),
     "standard": BenchPreset(
-        "standard", "every trained-in scheme, L=64 to 16L, + PI / base-500 fine-tunes, ~90 min on 2 CPU cores",
+        "standard", "every trained-in scheme, RoPE / ALiBi / NoPE at 3 seeds, L=64 to 16L, the same 256 x 64 target "
+        "tokens at every length, + PI / base-500 fine-tunes, ~4 h on 2 CPU cores",
         # quick's model and recipe (so its rope row is quick's model) for all 19 schemes, out to 16L. Measured:
         # the earlier L=128 4-layer recipe with the recall rows trains at ~0.39 s/step here (19 x 1000 steps
-        # alone ~2.5 h)
+        # alone ~2.5 h). The ~4 h is an estimate from the archived run's rates (results/archive/
+        # bench-standard-recall1-ee4d39d: ~140 s per training, ~4.9k evaluated tokens/s, 880 s of recall per RoPE
+        # model): 25 trainings ~1 h, perplexity on 256 windows per cell ~2.2 h (RoPE's 18 methods x 3 seeds most
+        # of it), recall ~0.8 h. The probe is the single needle (a content-copy control): the key-matching probes
+        # (recall_task="kv") are not learned by this recipe (benchmarks/results/ablation/kv_recall_design.md)
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, recall_trials=16, max_windows=16,
+        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, recall_trials=16, max_windows=256, eval_mode="tail",
+        seeds=3, seed_schemes=("rope", "alibi", "nope"),
         finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=150),
                    FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=150))),
     "hybrid": BenchPreset(
