@@ -516,7 +516,7 @@ def test_missing_corpus_path_is_a_clear_error(corpus, tmp_path):
     ({"lengths": [8], "max_windows": -1}, r"max_windows must be an integer >= 1, got -1"),
     ({"lengths": [8], "methods": ["superrope"]}, r"unknown method 'superrope'"),
     ({"lengths": [8], "methods": ["yarn+superrope"]}, r"unknown method 'yarn\+superrope'"),
-    ({"lengths": [8], "mode": "overlap"}, r"mode must be 'nonoverlap' or 'sliding'"),
+    ({"lengths": [8], "mode": "overlap"}, r"mode must be one of \('nonoverlap', 'sliding', 'tail'\)"),
 ])
 def test_evaluate_model_refuses_bad_settings_up_front(kw, match):
     from posenc.lab.evaluate import evaluate_model
