@@ -1,5 +1,10 @@
 """Retrieval by distance: key-value recall inside real text, sized for the lab's small models.
 
+With the presets' single needle (``pairs = 1``) this is a *content-copy control*, not a test of position: the
+needle's value is the only byte of its range in the window, so a model answers by copying it by content, from any
+distance (NoPE does). The probes that need key matching and position are :mod:`posenc.lab.kv_recall`
+(``kv_recall``, ``offset``); this one keeps the task name ``"recall"``.
+
 Perplexity cannot tell a method that *uses* a long context from one that only looks locally (a sliding
 window scores as well as ReRoPE on byte-level text). This probe can: the answer is a byte that only a
 needle ``d`` tokens back determines, and ``d`` is the axis.
