@@ -226,6 +226,20 @@ PRESETS: dict[str, BenchPreset] = {
         seeds=3, seed_schemes=("rope", "alibi", "nope"),
         finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=150),
                    FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=150))),
+    "retrieval": BenchPreset(
+        "retrieval", "kv_recall / offset (key matching, position): RoPE + 9 training-free methods, ALiBi, NoPE at 3 "
+        "seeds, 2400 steps of 8 text + 32 kv rows, L=64 to 8L, ~1.5 h on 2 CPU cores",
+        # the recipe that learns the kv probes at L (benchmarks/results/ablation/kv_recall_design.md, run L1: lr 1e-3,
+        # 32 kv rows of 2 definitions next to 8 text rows, 2400 steps; quick's 1200 steps at lr 3e-3 do not). The
+        # probed distances 8, 32, 60 and 3L = 192 are the design runs' cells. ~1.5 h is an estimate from the design
+        # runs' and the archived standard run's rates (9 trainings ~45 min, perplexity ~30 min, recall ~10 min); not
+        # run yet
+        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
+        eval_factors=(1, 2, 4, 8), schemes=("rope", "alibi", "nope"), learned_methods=(),
+        rope_methods=("pi", "ntk", "dynamic_ntk", "yarn", "rerope", "selfextend", "sliding_window", "streaming_llm",
+                      "lm_infinite"),
+        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
+        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=256, seeds=3),
     "hybrid": BenchPreset(
         "hybrid", "plain RoPE next to three per-layer hybrids (2 layers, every=2), L=64 to 8L, ~15 min on 2 CPU cores",
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
