@@ -38,7 +38,7 @@ def test_warmup_zero_starts_at_the_peak():
 @pytest.mark.parametrize("kw, says", [
     ({"steps": 30, "warmup": 100}, "warmup (100) is more than half of TrainConfig.steps (30)"),
     ({"lr": 0.0, "min_lr": 0.0}, "TrainConfig.lr is 0"),
-    ({"recall_batch": 0, "recall_weight": 1.0}, "no effect with TrainConfig.recall_batch 0"),
+    ({"recall_batch": 0, "recall_weight": 0.5}, "no effect with TrainConfig.recall_batch 0"),
     ({"steps": 10, "eval_every": 10}, "no validation loss before the final one"),
 ])
 def test_settings_that_make_little_sense_warn(kw, says):

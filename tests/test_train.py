@@ -37,7 +37,7 @@ def corpus(tmp_path, monkeypatch):
 
 def tiny(corpus, out_dir, **kw) -> TrainConfig:
     base = dict(out_dir=str(out_dir), corpus=corpus, dim=32, n_layers=1, n_heads=2, train_len=32, batch_size=4,
-                steps=6, warmup=2, lr=3e-3, min_lr=3e-4, save_every=3, eval_batches=1)
+                steps=6, warmup=2, lr=3e-3, min_lr=3e-4, save_every=3, eval_batches=1, recall_batch=4)
     return TrainConfig(**{**base, **kw})
 
 
@@ -191,7 +191,7 @@ def test_two_process_data_parallel_matches_one_process(corpus, tmp_path):
     out = tmp_path / "ddp"
     args = ["--out-dir", str(out), "--corpus", corpus, "--dim", "32", "--n-layers", "1", "--n-heads", "2",
             "--train-len", "32", "--batch-size", "4", "--steps", "4", "--warmup", "2", "--lr", "3e-3",
-            "--min-lr", "3e-4", "--save-every", "0", "--eval-batches", "1", "--quiet"]
+            "--min-lr", "3e-4", "--save-every", "0", "--eval-batches", "1", "--recall-batch", "4", "--quiet"]
     proc = _torchrun(args, env, 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])  # only rank 0 prints

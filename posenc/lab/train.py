@@ -61,10 +61,12 @@ log = logging.getLogger("posenc")
 _RUNTIME_FIELDS = ("out_dir", "device", "compile", "save_every", "eval_every", "eval_batches", "log_every")
 # TrainConfig fields added after runs were saved: a saved run without them used their defaults.
 _ADDED_FIELDS = ("positions", "position_range", "pose_chunks", "s2_groups", "recall_task")
+_ADDED_WAS = {"recall_task": "recall"}  # an added field whose value before it existed is not today's default
 
 
-# The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 1200 steps, 16 text windows and 4
-# recall rows of weight 0.25 per step), so `posenc train` with no flags trains the model the README measures.
+# The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 2400 steps, 8 text windows and 32
+# kv rows of 2 definitions at weight 1 per step, lr 1e-3), so `posenc train` with no flags trains the model the quick
+# bench measures.
 DEFAULT_WARMUP = 100
 WARMUP_FRACTION = 5  # an unset warmup is at most steps // WARMUP_FRACTION
 RECALL_TASKS = ("recall", "kv")  # the recall rows' generators: posenc.lab.recall / posenc.lab.kv_recall
@@ -80,7 +82,8 @@ class TrainConfig:
     or a ``PositionScheme.to_dict()``; ``init`` is a checkpoint folder to continue from.
 
     The defaults are the lab's quick recipe (``posenc bench --preset quick``): dim 128, 2 layers, 4 heads,
-    ``train_len`` 64, 1200 steps of 16 text windows and 4 key-value recall rows (loss weight 0.25), lr 3e-3.
+    ``train_len`` 64, 2400 steps of 8 text windows and 32 key-matching rows (``recall_task="kv"``, 2 definitions
+    each, loss weight 1), lr 1e-3.
     ``warmup=None`` (the default) means ``min(100, steps // 5)`` (:attr:`warmup_steps`), so a short run is not
     all warmup."""
 
@@ -93,9 +96,9 @@ class TrainConfig:
     n_layers: int = 2
     n_heads: int = 4
     train_len: int = 64
-    batch_size: int = 16
-    steps: int = 1200
-    lr: float = 3e-3
+    batch_size: int = 8
+    steps: int = 2400
+    lr: float = 1e-3
     min_lr: float = 1e-4
     warmup: int | None = None
     weight_decay: float = 0.1
@@ -109,10 +112,10 @@ class TrainConfig:
     init: str | None = None
     device: str = "cpu"
     compile: bool = False
-    recall_batch: int = 4  # recall sequences added to each batch (posenc.lab.recall); 0: text only
-    recall_weight: float = 0.25  # weight of their loss next to the text loss
-    recall_pairs: int = 1  # key-value pairs (recall) or definitions (kv) per recall row
-    recall_task: str = "recall"  # recall rows: "recall" (posenc.lab.recall) or "kv" (posenc.lab.kv_recall)
+    recall_batch: int = 32  # recall sequences added to each batch (posenc.lab.kv_recall); 0: text only
+    recall_weight: float = 1.0  # weight of their loss next to the text loss
+    recall_pairs: int = 2  # key-value pairs (recall) or definitions (kv) per recall row
+    recall_task: str = "kv"  # recall rows: "kv" (posenc.lab.kv_recall) or "recall" (posenc.lab.recall)
     positions: str = "contiguous"  # training position ids (posenc.lab.positions): contiguous | pose | randomized
     position_range: int = 0  # the ids pose / randomized cover, L_t > train_len (required with them)
     pose_chunks: int = 2  # PoSE's chunks per window (the paper's default 2)
@@ -158,7 +161,7 @@ class TrainConfig:
                        f"min({DEFAULT_WARMUP}, steps // {WARMUP_FRACTION}) = {min(DEFAULT_WARMUP, self.steps // 5)}")
         if self.lr == 0:
             out.append("TrainConfig.lr is 0: the weights never change")
-        if not self.recall_batch and (self.recall_weight != 0.25 or self.recall_pairs != 1):
+        if not self.recall_batch and (self.recall_weight != 1.0 or self.recall_pairs != 2):
             out.append("TrainConfig.recall_weight and TrainConfig.recall_pairs have no effect with "
                        "TrainConfig.recall_batch 0 (no recall rows)")
         if self.eval_every and self.eval_every >= self.steps:
@@ -268,7 +271,8 @@ def _build_model(cfg: TrainConfig, vocab_size: int) -> TinyLM:
 def _compatible(saved: dict, cfg: TrainConfig) -> None:
     cur = cfg.to_dict()
     # a field a run saved before it existed had its default then (the training options were added later)
-    saved = {**{k: v for k, v in TrainConfig(out_dir="").to_dict().items() if k in _ADDED_FIELDS}, **saved}
+    saved = {**{k: v for k, v in TrainConfig(out_dir="").to_dict().items() if k in _ADDED_FIELDS}, **_ADDED_WAS,
+             **saved}
     diff = sorted(k for k in cur if k not in _RUNTIME_FIELDS and json.dumps(saved.get(k), sort_keys=True)
                   != json.dumps(cur[k], sort_keys=True))
     if diff:
