@@ -145,6 +145,87 @@ def unsourced(page: Path, text: str | None = None) -> list[str]:
     return bad
 
 
+# ---------------------------------------------------------------- the bench tables, row by row
+def _label(cell: str) -> tuple[str, str]:
+    """``(scheme, method)`` of a bench table's first cell: ``rope + rerope + logn (w = L/2)`` -> ``("rope",
+    "rerope+logn")``, ``learned (+ hierarchical beyond L)`` -> ``("learned", "hierarchical")``, ``irope (every 2)``
+    -> ``("irope", "none")``."""
+    cell = cell.replace("**", "").replace("(+", "+").replace("beyond L)", "")
+    cell = re.sub(r"\([^)]*\)", "", cell).replace("beyond L", "")
+    parts = [p.strip() for p in cell.split("+") if p.strip()]
+    return parts[0], "+".join(parts[1:]) or "none"
+
+
+def _row_values(data: dict, scheme: str, method: str) -> tuple[float, ...]:
+    """Everything the committed run holds for one table row: its records' perplexity, accuracy and loss, the
+    report's means over needle distances and PPL(n)/PPL(L), and the model as trained at L (the row's first
+    column for a method that was not evaluated at L itself)."""
+    from posenc.lab.report_retrieval import cells, far_near
+
+    def same(s: str) -> bool:
+        return s == scheme or s.startswith(scheme + ":")
+
+    mine = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == method and r.get("ppl")]
+    base = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == "none" and r.get("ppl")
+            and r["eval_len"] == r["train_len"]]
+    if not mine:
+        return ()
+    out = {float(r[k]) for r in mine + base for k in ("ppl", "loss", "accuracy")}
+    at_l = min(mine + base, key=lambda r: r["eval_len"])["ppl"]
+    out |= {r["ppl"] / at_l for r in mine}
+    for (s, m), row in cells(data["retrieval"]).items():
+        if same(s) and m == method:
+            out |= {x for n in {length for length, _ in row} for x in far_near(row, n) if x is not None}
+    return tuple(sorted(out))
+
+
+def bench_rows(text: str):
+    """``(results.json path, first cell, numbers)`` of every row of a table headed ``scheme`` or ``scheme /
+    method`` in a block whose source is a bench run's ``results.json``."""
+    for paths, block in blocks(text):
+        runs = [p for p in paths if p.endswith("/results.json") and "bench-" in p]
+        lines = block.splitlines()
+        for i, line in enumerate(lines):
+            if not (line.startswith("| scheme") and i + 1 < len(lines) and lines[i + 1].startswith("|---")):
+                continue
+            assert runs, f"a bench table in a block without a bench results.json: {line}"
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                first, rest = row.split("|")[1], "|".join(row.split("|")[2:])
+                yield runs[0], first.strip(), numbers(rest)
+
+
+def row_errors(page: Path, text: str | None = None) -> list[str]:
+    """The numbers of the bench tables of ``page`` that their own row of the committed run does not hold."""
+    text = page.read_text(encoding="utf-8") if text is None else text
+    bad = []
+    for path, first, printed_numbers in bench_rows(text):
+        data = json.loads((ROOT / path).read_text(encoding="utf-8"))
+        values = _row_values(data, *_label(first))
+        if not values:
+            bad.append(f"{page.name}: row {first!r} is no (scheme, method) of {path}")
+            continue
+        for printed in printed_numbers:
+            plain = printed.replace(",", "").removesuffix("%")
+            value, tol = float(plain), _tolerance(plain)
+            scaled = [v * 100 for v in values] if printed.endswith("%") else values
+            if not any(abs(v - value) <= tol for v in scaled):
+                bad.append(f"{page.name}: row {first!r}: {printed} (source: {path})")
+    return bad
+
+
+BENCH_PAGES = [ROOT / "docs" / "results" / f"{name}.md" for name in ("quick", "hybrid", "standard")]
+
+
+@pytest.mark.parametrize("page", BENCH_PAGES, ids=[p.name for p in BENCH_PAGES])
+def test_every_bench_table_cell_is_its_own_rows(page):
+    """Stricter than the block check for the bench tables: a cell must match a value of its own row (scheme and
+    method) of the run, not any value of the file."""
+    assert len(list(bench_rows(page.read_text(encoding="utf-8")))) >= 4
+    assert not row_errors(page), "\n".join(row_errors(page))
+
+
 def test_every_results_page_is_sourced_from_its_first_line():
     for page in PAGES[1:]:
         assert page.read_text(encoding="utf-8").startswith("<!-- source: "), page
@@ -177,5 +258,7 @@ def test_the_checker_flags_a_changed_number():
     assert "| rope | 7.69 / 43.4% |" in text
     bad = unsourced(quick, text.replace("| rope | 7.69 / 43.4% |", "| rope | 7.69 / 47.1% |"))
     assert any(": 47.1% " in line for line in bad), bad
+    assert any("row 'rope': 47.1%" in line for line in row_errors(quick, text.replace(
+        "| rope | 7.69 / 43.4% |", "| rope | 7.69 / 47.1% |")))
     assert numbers("x2.7 / 2.61x, 43.4% and 1,154; 8L 16k 135M `0.99` arXiv 2309.17453") == [
         "2.7", "2.61", "43.4%", "1,154"]
