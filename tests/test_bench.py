@@ -144,7 +144,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
 def test_the_default_presets_results_are_committed():
-    """`make bench` runs quick: its results are what the README quotes (other presets' folders, when present,
+    """`make bench` runs quick: its results are what docs/results/quick.md quotes (other presets' folders, when present,
     are checked below; older runs live under results/archive/ with the commit that made them)."""
     assert (RESULTS / "bench-quick" / "results.json").exists()
 
@@ -152,7 +152,7 @@ def test_the_default_presets_results_are_committed():
 @pytest.mark.parametrize("name", sorted(p.name.removeprefix("bench-") for p in RESULTS.glob("bench-*")
                                         if (p / "results.json").exists()))
 def test_committed_results_are_this_presets_run_within_its_budget(name):
-    """benchmarks/results/bench-NAME/results.json (what the README quotes) was produced by the preset as it
+    """benchmarks/results/bench-NAME/results.json (what docs/results/ quotes) was produced by the preset as it
     is now, holds every row that preset runs, and ran within the time its description promises."""
     path = RESULTS / f"bench-{name}" / "results.json"
     results = json.loads(path.read_text())

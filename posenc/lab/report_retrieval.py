@@ -7,7 +7,8 @@ to the perplexity ``records``.
 - :func:`plot_retrieval`: one heatmap per scheme/method, accuracy over (needle distance, evaluation length).
 - :func:`ppl_vs_retrieval_table`: the headline table. Per row: perplexity at ``L`` and ``4L``, recall
   at ``L``, and recall at ``4L`` split into needles within ``L`` ("near") and beyond ``L`` ("far"),
-  with a verdict. A method that keeps perplexity but is at chance on far needles only looks locally
+  with a verdict ("uses the long context" needs both: far needles found and ``PPL(4L)/PPL(L) <= PPL_KEPT``).
+  A method that keeps perplexity but is at chance on far needles only looks locally
   (StreamingLLM's own README says it does not extend the context; arXiv 2309.17453).
 - :func:`retrieval_checks`: the probe's expected shapes as PASS/FAIL/SKIP lines.
 """
@@ -30,6 +31,7 @@ NEAR_OK = 0.8  # a windowed method answers needles within half its window
 CHANCE_MARGIN = 0.1  # "near chance": accuracy <= chance + this
 EXTENSION_OK = 0.8  # the best training-free extension keeps this mean accuracy at 4L
 USES_CONTEXT = 0.5  # the verdict "uses the long context": far accuracy at least this
+PPL_KEPT = 1.5  # ... and PPL(4L)/PPL(L) at most this; above it the row retrieves but its perplexity degrades
 
 
 def _label(scheme: str, method) -> str:
@@ -87,10 +89,10 @@ def _is_mask(method: str) -> bool:
 def _verdict(ratio, near, far, chance) -> str:
     if near is None or far is None:
         return ""
+    kept = ratio is not None and ratio <= PPL_KEPT
     if far >= USES_CONTEXT:
-        return "uses the long context"
+        return "uses the long context" if kept else "retrieves far needles, perplexity degrades"
     if near >= NEAR_OK and far <= (chance or 0) + CHANCE_MARGIN:
-        kept = ratio is not None and ratio <= 1.5
         return "local only" + (": keeps perplexity, loses far needles" if kept else "")
     return "fails" if near < FAILS_BELOW else "partial"
 

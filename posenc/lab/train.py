@@ -64,7 +64,7 @@ _ADDED_FIELDS = ("positions", "position_range", "pose_chunks", "s2_groups")
 
 
 # The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 1200 steps, 16 text windows and 4
-# recall rows of weight 0.25 per step), so `posenc train` with no flags trains the model the README measures.
+# recall rows of weight 0.25 per step), so `posenc train` with no flags trains the model docs/results/quick.md measures.
 DEFAULT_WARMUP = 100
 WARMUP_FRACTION = 5  # an unset warmup is at most steps // WARMUP_FRACTION
 

@@ -40,7 +40,7 @@ class Param:
     from_train_len: Callable[[int], Any] | None = None
     choices: tuple | None = None  # a value among these names (not a number)
     heads: bool = False  # a list of head indices, or one such list per layer
-    original: str = ""  # the original implementation's parameter this one maps to (README conventions table)
+    original: str = ""  # the original implementation's parameter this one maps to (docs/guides/conventions.md)
 
     @property
     def required(self) -> bool:
