@@ -300,9 +300,8 @@ def plot_headline(records: Sequence[dict], retrieval: Sequence[dict], path,
         if hs:
             legend += [Line2D([], [], linestyle="none", label=f"{fam}:")] + hs
     ncol = 2 if len(legend) > 26 else 1
-    split = (len(legend) + 1) // 2
-    if ncol == 2 and legend[split - 1].get_label().endswith(":"):
-        legend.insert(split - 1, Line2D([], [], linestyle="none", label=" "))  # no family name ends a column
+    while ncol == 2 and legend[(len(legend) + 1) // 2 - 1].get_label().endswith(":"):  # no family name ends a column
+        legend.insert((len(legend) + 1) // 2 - 1, Line2D([], [], linestyle="none", label=" "))
     ax.legend(handles=legend, fontsize=7, ncol=ncol, loc="center left",
               bbox_to_anchor=(1.01, 0.5), handletextpad=0.3, columnspacing=0.8, title="colour = family")
     edge = f"; beyond {hi:.3g}: drawn at the edge" if any(r.ratio.value > hi for r in pts) else ""
