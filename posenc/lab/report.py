@@ -1,19 +1,28 @@
-"""Reports of a length-extrapolation bench: Markdown/HTML tables, plots and the expected-shape checks.
+"""Reports of a length-extrapolation bench: the headline first, then tables, checks and plots.
 
-Input is the ``records`` list of ``results.json`` (written by :func:`posenc.lab.bench.run_bench`); one record
-per (trained scheme, inference-time method, eval length) with keys ``scheme``, ``method``, ``train_len``,
-``eval_len``, ``ppl``, ``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``. A record's
-``method`` is ``None``/``"none"`` for the model as trained; otherwise the training-free method applied to
-the trained weights (e.g. ``yarn`` on the RoPE model, ``hierarchical`` on the learned model).
+Input is ``results.json`` (written by :func:`posenc.lab.bench.run_bench`): ``records``, one per (trained scheme,
+inference-time method, eval length[, seed]) with keys ``scheme``, ``method``, ``train_len``, ``eval_len``, ``ppl``,
+``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``; and ``retrieval``
+(:class:`posenc.lab.records.RetrievalRecord` rows). A record's ``method`` is ``None``/``"none"`` for the model as
+trained; otherwise the training-free method applied to the trained weights (e.g. ``yarn`` on the RoPE model,
+``hierarchical`` on the learned model). Several seeds of a cell are pooled first (:mod:`posenc.lab.pooling`).
 
+The document, top to bottom:
+
+- the headline (:mod:`posenc.lab.report_headline`): which rows extend past the trained length, which only look
+  locally, which fail (:mod:`posenc.lab.verdict`), as a list and as one figure with intervals;
 - :func:`markdown_tables`: rows = scheme/method, columns = eval lengths, cells ``ppl / acc%``; a second
   table with the ratio PPL(8L)/PPL(L) (the train-short / test-long degradation of ALiBi, arXiv:2108.12409,
-  Table 2) and passkey retrieval accuracy (Landmark Attention's task, arXiv:2305.16300).
-- :func:`shape_checks`: the shapes the literature predicts, as PASS/FAIL lines (a FAIL stays a FAIL).
-- :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey`: matplotlib (Agg, no pyplot state).
-- :func:`write_report`: ``report.md``, self-contained ``report.html`` (PNGs embedded as base64) and PNGs.
+  Table 2) and passkey retrieval accuracy (Landmark Attention's task, arXiv:2305.16300);
+- the checks: :func:`shape_checks` (the shapes the literature predicts, PASS/FAIL/SKIP lines), the retrieval
+  checks and the baselines' lines, shown as expected / observed (:func:`posenc.lab.report_doc.check_items`);
+- :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey` and the retrieval heatmaps (matplotlib, Agg, no
+  pyplot state; colours by method family, :mod:`posenc.lab.families`);
+- the machine and timings, folded in a ``<details>`` block.
 
-CLI-free on purpose (``posenc bench`` calls it); ``python -m posenc.lab.report RESULTS.json`` re-renders.
+:func:`write_report` writes ``report.md``, a self-contained ``report.html`` (PNGs embedded as base64) and the PNGs.
+``posenc eval``'s report has its own template (:mod:`posenc.lab.report_eval`). CLI-free on purpose (``posenc
+bench`` calls it); ``python -m posenc.lab.report RESULTS.json [OUT_DIR]`` re-renders.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from posenc.lab.families import palette
 from posenc.lab.pooling import pool_records, pool_retrieval
 from posenc.lab.records import REQUIRED_KEYS, RETRIEVAL_TASKS
 from posenc.lab.report_doc import check_items, checks_md, details_md, md_to_html, page
-from posenc.lab.report_headline import baseline_checks, headline_markdown, plot_headline
+from posenc.lab.report_headline import TASK_LABELS, baseline_checks, headline_markdown, plot_headline
 from posenc.lab.report_retrieval import plot_retrieval, retrieval_checks
 from posenc.scheme.methods import is_identity
 
@@ -260,8 +269,7 @@ def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bo
     ax.grid(True, which="both", alpha=0.3)
     if n_lines:
         ax.legend(fontsize=7, ncol=2 if n_lines > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.set_title(f"{ylabel} vs length (colour: method family; solid: trained schemes; dashed: methods on a trained "
-                 f"model)", fontsize=9)
+    ax.set_title(f"{ylabel} vs length (colour: family; solid: trained; dashed: a method)", fontsize=9)
     return save_png(fig, path, dpi=100, make_dirs=True)
 
 
@@ -361,7 +369,11 @@ def render_markdown(results: dict, images: Sequence[str | Path] = ()) -> str:
             "## Checks against the literature: expected and observed", "", checks_md(_checks(records, retrieval))]
     rest = [n for n in names if n != "headline.png"]
     if rest:
-        out += ["", "## Plots", ""] + [f"![{Path(n).stem}]({n})" for n in rest]
+        out += ["", "## Plots"]
+        for n in rest:
+            task = Path(n).stem.removeprefix("retrieval_") if Path(n).stem.startswith("retrieval_") else None
+            out += [""] + ([f"Accuracy by needle distance and length: {TASK_LABELS.get(task, task)}.", ""]
+                           if task else []) + [f"![{Path(n).stem}]({n})"]
     details = details_md(meta)
     if details:
         out += ["", "## Machine and timings", "", details]

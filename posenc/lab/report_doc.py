@@ -22,13 +22,14 @@ __all__ = ["CSS", "check_items", "checks_md", "details_md", "md_to_html", "page"
 
 CSS = """body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 12px}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
-td:first-child,th:first-child{text-align:left} h1{margin:10px 0 4px} h2{margin:14px 0 6px}
+td:first-child,th:first-child,td.t{text-align:left} h1{margin:10px 0 4px} h2{margin:14px 0 6px}
 ul{margin:4px 0} li{margin:2px 0} p{margin:6px 0} img{max-width:100%}
 .expected{color:#2d6a2d} .unexpected{color:#a35c00} .skip{color:#888}
 li.v-extends b:first-child{background:#b8e0b0} li.v-local-only b:first-child{background:#f6e3a8}
 li.v-fails b:first-child{background:#dcdcdc} li b:first-child{padding:0 3px}
 details{margin:8px 0} summary{cursor:pointer;color:#444} pre{white-space:pre-wrap;font-size:12px}"""
 
+_NUMBER = re.compile(r"^(-|[-+]?\d[\d.]*([eE][-+]?\d+)?%?( .*)?)$")  # right-aligned cells: numbers, "-"
 _CHECK = {"PASS": ("expected", "as expected"), "FAIL": ("unexpected", "not as expected"), "SKIP": ("skip", "no data")}
 
 
@@ -54,7 +55,9 @@ def details_md(meta: Mapping, keys: Sequence[str] = ("machine", "timings")) -> s
             f"</pre>" for k in keys if k in meta]
     if not body:
         return ""
-    return "<details><summary>" + " and ".join(k for k in keys if k in meta) + " (JSON)</summary>\n\n" + \
+    shown = [k for k in keys if k in meta]
+    names = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    return f"<details><summary>{names} (JSON)</summary>\n\n" + \
         "\n".join(body) + "\n</details>"
 
 
@@ -79,8 +82,9 @@ def _table(rows: list[str]) -> str:
     body = [r for r in rows if not all(set(c.strip()) <= set("-:") for c in r.strip().strip("|").split("|"))]
     for i, row in enumerate(body):
         tag = "th" if i == 0 else "td"
-        out.append("<tr>" + "".join(f"<{tag}>{_inline(c.strip())}</{tag}>" for c in row.strip().strip("|").split("|"))
-                   + "</tr>")
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        out.append("<tr>" + "".join(f"<{tag}{'' if i == 0 or _NUMBER.match(c) else ' class=t'}>{_inline(c)}</{tag}>"
+                                    for c in cells) + "</tr>")
     return "\n".join(out + ["</table>"])
 
 

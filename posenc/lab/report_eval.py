@@ -51,8 +51,8 @@ def eval_table(records: Sequence[dict]) -> tuple[str, list[int]]:
                         for c in table.values()]
     cols["PPL(longest)/PPL(L)"] = [_ratio(c) for c in table.values()]
     cols["passkey"] = [_passkey(c) for c in table.values()]
-    cols["notes"] = [", ".join(sorted({str(r["note"])[:100] for r in c.values() if r.get("note")})).replace("|", "/")
-                     for c in table.values()]
+    cols["notes"] = ["; ".join(f"{n}: {str(r['note'])[:100]}" for n, r in sorted(c.items()) if r.get("note"))
+                     .replace("|", "/") for c in table.values()]
     cols = {k: v for k, v in cols.items() if k == "scheme / method" or any(x not in ("", "-") for x in v)}
     out = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
     out += ["| " + " | ".join(col[i] for col in cols.values()) + " |" for i in range(len(table))]
