@@ -204,3 +204,12 @@ def test_committed_quick_run_re_renders_with_rope_failing(tmp_path):
     assert "rope+sliding_window" in top.split("**local only**")[1].split("\n")[0]
     assert "rope+yarn" in top.split("**extends**")[1].split("\n")[0]
     assert (tmp_path / "headline.png").stat().st_size > 10_000
+
+
+def test_a_fine_tune_is_judged_at_its_own_trained_length():
+    """The probe may record the base model's L for a fine-tune trained longer; the headline uses the model's own."""
+    records = [dict(rec("none", n, p, scheme="rope_ft"), train_len=2 * L) for n, p in ((2 * L, 7.0), (4 * L, 9.0))]
+    retrieval = [ret("none", 4 * L, d, 1.0 if d <= 2 * L else 0.0, scheme="rope_ft") for d in (96, 192)]
+    _, _, (row,) = headline(records, retrieval)
+    assert row.train_len == 2 * L and row.far == wilson(0, 16)  # d = 96 is within the fine-tune's 128 positions
+    assert row.ratio.value == pytest.approx(9.0 / 7.0) and row.verdict == LOCAL

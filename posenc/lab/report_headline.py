@@ -84,7 +84,9 @@ def headline_length(records: Sequence[dict], retrieval: Sequence[dict], task: st
 def _row(records, retrieval, scheme: str, method: str, n: int, task: str) -> HeadlineRow:
     mine = [r for r in retrieval if r.get("task") == task and r.get("scheme") == scheme
             and method_key(r.get("method")) == method]
-    L = int(mine[0]["train_len"])
+    own = [int(r["train_len"]) for r in records if r.get("scheme") == scheme and r.get("train_len")
+           and method_key(r.get("method")) == method]
+    L = own[0] if own else int(mine[0]["train_len"])  # the model's own trained length (a fine-tune's is longer)
     row = HeadlineRow(scheme, method, _label(scheme, method), L, chance=mine[0].get("chance"))
     row.seeds = len({r.get("seed") for r in mine})
     far_cells = [r for r in mine if int(r["eval_len"]) == n and int(r["distance"]) > L]
