@@ -213,3 +213,15 @@ def test_a_fine_tune_is_judged_at_its_own_trained_length():
     _, _, (row,) = headline(records, retrieval)
     assert row.train_len == 2 * L and row.far == wilson(0, 16)  # d = 96 is within the fine-tune's 128 positions
     assert row.ratio.value == pytest.approx(9.0 / 7.0) and row.verdict == LOCAL
+
+
+def test_tables_and_retrieval_cells_pool_seeds():
+    from posenc.lab.report_retrieval import cells
+
+    records = [rec("none", n, p * (1 + s), seed=s) for s in (0, 1) for n, p in ((L, 7.0), (8 * L, 14.0))]
+    (row,) = R.rows(records).values()
+    assert row[L]["ppl"] == pytest.approx(math.sqrt(7.0 * 14.0)) and row[L]["seeds"] == 2
+    assert R.shape_checks(records)[1].startswith("PASS: plain RoPE degrades beyond L: PPL(8L)/PPL(L) = 2.00")
+    retrieval = [ret("none", 4 * L, 96, acc, seed=s) for s, acc in ((0, 1.0), (1, 0.25))]
+    (one,) = cells(retrieval)[("rope", "none")].values()
+    assert one["n"] == 32 and one["accuracy"] == pytest.approx(20 / 32)

@@ -71,9 +71,9 @@ def _ok(rec: dict) -> bool:
 
 def rows(records: Sequence[dict]) -> dict[tuple[str, str | None], dict[int, dict]]:
     """``{(scheme, method): {eval_len: record}}`` in first-seen order (trained rows before method rows of
-    the same scheme as the bench writes them)."""
+    the same scheme as the bench writes them); several seeds of a cell pooled (:func:`pool_records`)."""
     out: dict[tuple[str, str | None], dict[int, dict]] = {}
-    for r in records:
+    for r in pool_records(records):
         method = None if is_identity(r.get("method")) else r["method"]
         out.setdefault((r["scheme"], method), {})[int(r["eval_len"])] = r
     return out

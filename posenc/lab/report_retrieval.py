@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
+from posenc.lab.pooling import pool_records, pool_retrieval
 from posenc.lab.verdict import EXTENDS, FAR_OK, LOCAL, classify
 from posenc.scheme.methods import UnknownMethodError, is_identity, parse_methods
 
@@ -37,9 +38,10 @@ def _label(scheme: str, method) -> str:
 
 
 def cells(retrieval: Sequence[dict], task: str = "recall") -> dict[tuple[str, str], dict[tuple[int, int], dict]]:
-    """``{(scheme, method): {(eval_len, distance): record}}`` of one task, in first-seen order."""
+    """``{(scheme, method): {(eval_len, distance): record}}`` of one task, in first-seen order; the trials of several
+    seeds pooled (:func:`posenc.lab.pooling.pool_retrieval`)."""
     out: dict[tuple[str, str], dict[tuple[int, int], dict]] = {}
-    for r in retrieval:
+    for r in pool_retrieval(retrieval):
         if r.get("task") == task:
             method = "none" if is_identity(r.get("method")) else r["method"]
             out.setdefault((r["scheme"], method), {})[(int(r["eval_len"]), int(r["distance"]))] = r
@@ -68,7 +70,7 @@ def _fmt(x) -> str:
 
 
 def _ppl(records: Sequence[dict], scheme: str, method: str, n: int):
-    for r in records:
+    for r in pool_records(records):
         if r.get("scheme") == scheme and int(r.get("eval_len") or 0) == n and r.get("status", "ok") == "ok" \
                 and (is_identity(r.get("method")) if is_identity(method) else r.get("method") == method):
             return r.get("ppl")
