@@ -73,7 +73,7 @@ class EvalRecord:
 # ------------------------------------------------------------------------------------------ retrieval
 # every retrieval record carries these keys, in this order (``results.json["retrieval"]``)
 RETRIEVAL_KEYS = ("task", "scheme", "method", "train_len", "eval_len", "distance", "accuracy", "n", "chance")
-RETRIEVAL_TASKS = ("recall", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+RETRIEVAL_TASKS = ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
 # recall: posenc.lab.recall; passkey: Landmark's pass key (posenc.lab.tasks and the long-context suite); the rest
 # are the long-context suite's query kinds (posenc.hf.suite.tasks.QUERY_KINDS)
 
