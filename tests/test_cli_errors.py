@@ -117,6 +117,8 @@ CASES = [
     (["compat", "--families", ""], "--families must name at least one transformers family"),
     (["compat", "llama", "--families", "llama"], "give the families as positional arguments or the old --families"),
     (["compat", "--families", " , "], "--families must name at least one transformers family"),
+    (["compat", ""], "each FAMILY must name a transformers family (e.g. llama gemma3), got ['']"),
+    (["compat", "llama", " "], "each FAMILY must name a transformers family (e.g. llama gemma3), got ['llama', ' ']"),
 ]
 
 
