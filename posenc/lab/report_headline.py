@@ -26,6 +26,7 @@ from posenc.lab.families import FAMILIES, palette
 from posenc.lab.pooling import far_interval, method_key, ratio_interval
 from posenc.lab.stats import Interval, separated
 from posenc.lab.verdict import FAILS, FAR_OK, PPL_KEEP, VERDICTS, borderline, classify, thresholds_text
+from posenc.scheme.methods import is_identity
 
 __all__ = ["HEADLINE_TASKS", "TASK_LABELS", "TASK_SHORT", "HeadlineRow", "baseline_checks", "headline",
            "headline_markdown", "plot_headline"]
@@ -64,7 +65,7 @@ class HeadlineRow:
 
 
 def _label(scheme: str, method: str) -> str:
-    return scheme if method == "none" else f"{scheme}+{method}"
+    return scheme if is_identity(method) else f"{scheme}+{method}"
 
 
 def headline_task(retrieval: Sequence[dict]) -> str | None:
@@ -114,10 +115,10 @@ def headline(records: Sequence[dict], retrieval: Sequence[dict]) -> tuple[str | 
         return task, n, []
     keys = list(dict.fromkeys((r["scheme"], method_key(r.get("method"))) for r in retrieval if r.get("task") == task))
     rows = [_row(records, retrieval, s, m, n, task) for s, m in keys]
-    with_methods = {s for s, m in keys if m != "none"} | {r["scheme"] for r in records
-                                                         if method_key(r.get("method")) != "none"}
+    with_methods = {s for s, m in keys if not is_identity(m)} | {r["scheme"] for r in records
+                                                               if not is_identity(r.get("method"))}
     for row in rows:
-        row.baseline = row.method == "none" and row.scheme in with_methods
+        row.baseline = is_identity(row.method) and row.scheme in with_methods
     return task, n, rows
 
 
