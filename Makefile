@@ -53,7 +53,7 @@ test-slow: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
 
-# Differential fuzzing, randomised (thousands of cases per test; README "Fuzzing" has the latest result): every engine path against the reference
+# Differential fuzzing, randomised (thousands of cases per test; docs/guides/testing.md has the latest result): every engine path against the reference
 # and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
 fuzz: $(STAMP)
 	POSENC_HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -n 2 -q -p no:cacheprovider --hypothesis-show-statistics \

@@ -1,7 +1,8 @@
 """The quick preset's RoPE model trained on text only (no recall rows): what the recall rows cost the text metrics.
 
 ``python -m benchmarks.ablation_text_only OUT_DIR`` (about 3 minutes on 2 CPU cores); the committed run is
-``benchmarks/results/ablation/quick-text-only/`` and the README compares it with ``bench-quick``'s RoPE row.
+``benchmarks/results/ablation/quick-text-only/`` and ``docs/results/quick.md`` compares it with ``bench-quick``'s
+RoPE row.
 """
 
 from __future__ import annotations

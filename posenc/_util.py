@@ -62,6 +62,11 @@ def check_finite(name: str, value, *, minimum: float | None = None, maximum: flo
     return value
 
 
+def batch_choices(batch: int) -> str:
+    """The batch sizes that broadcast against ``batch`` rows, for a message: ``"1"`` or ``"1 or 4"``."""
+    return "1" if batch == 1 else f"1 or {batch}"
+
+
 def as_positions(positions, batch: int | None = None, seq: int | None = None,
                  device: torch.device | None = None) -> torch.Tensor:
     """Normalise positions to a LongTensor ``[batch, seq]``.
@@ -85,14 +90,14 @@ def as_positions(positions, batch: int | None = None, seq: int | None = None,
         raise ValueError(f"positions must be [seq] or [batch, seq], got shape {tuple(positions.shape)}")
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
+    shape = tuple(positions.shape)
+    hint = ("; a [seq, n_axes] tensor such as grid_positions(...) is for a scheme with a multi-axis part "
+            "(rope_2d, rope_mixed, mrope)" if seq is not None and shape[0] == seq != shape[1] else "")
     if batch is not None and positions.shape[0] not in (1, batch):
-        shape = tuple(positions.shape)
-        hint = ("; a [seq, n_axes] tensor such as grid_positions(...) is for a scheme with a multi-axis part "
-                "(rope_2d, rope_mixed, mrope)" if seq is not None and shape[0] == seq else "")
-        raise ValueError(f"positions must be [seq] or [batch, seq] with batch {'1' if batch == 1 else f'1 or {batch}'}"
+        raise ValueError(f"positions must be [seq] or [batch, seq] with batch {batch_choices(batch)}"
                          f"{'' if seq is None else f' and seq {seq}'}, got shape {shape}{hint}")
     if seq is not None and positions.shape[1] != seq:
-        raise ValueError(f"positions has length {positions.shape[1]}, expected {seq}")
+        raise ValueError(f"positions has length {positions.shape[1]}, expected {seq}{hint}")
     if batch is not None and positions.shape[0] == 1 and batch > 1:
         positions = positions.expand(batch, -1)
     return positions

@@ -6,12 +6,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_cli_errors import run_dir  # noqa: F401 - a fixture: a tiny checkpoint as `posenc train` writes it
 
 import posenc._atomic as A
 from posenc.lab.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
@@ -51,26 +53,61 @@ print(json.dumps({"errors": errors, "same": after == before,
 """
 
 
-def test_a_full_tmpfs_keeps_the_previous_results_json_and_report_and_names_the_file(tmp_path):
-    """A real full file system: a 1 MiB tmpfs mounted in a user+mount namespace (``unshare -rm``)."""
+def _on_a_1mib_tmpfs(disk: Path, then: str, **env) -> subprocess.CompletedProcess:
+    """Run the shell command ``then`` after mounting a 1 MiB tmpfs on ``disk`` (created) inside a user+mount
+    namespace (``unshare -rm``): a real file system that fills up. Skips where namespaces are not available."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed; test_full_disk_simulated covers the same path")
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"user namespaces are not available here ({probe.stderr.decode().strip()}); "
                     f"test_full_disk_simulated covers the same path")
-    disk = tmp_path / "disk"
     disk.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    cmd = f"mount -t tmpfs -o size=1m tmpfs {disk} && {sys.executable} -c \"$SCRIPT\" {disk}"
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], env={**env, "SCRIPT": FULL_DISK}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg", **env}
+    return subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {disk} && {then}"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_full_tmpfs_keeps_the_previous_results_json_and_report_and_names_the_file(tmp_path):
+    """A real full file system: a 1 MiB tmpfs mounted in a user+mount namespace (``unshare -rm``)."""
+    disk = tmp_path / "disk"
+    proc = _on_a_1mib_tmpfs(disk, f"{sys.executable} -c \"$SCRIPT\" {disk}", SCRIPT=FULL_DISK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     (code, msg), (code2, msg2) = out["errors"]
     assert code == errno.ENOSPC and f"could not write {disk}/results.json: No space left on device" in msg
     assert code2 == errno.ENOSPC and f"could not write {disk}/" in msg2  # the first report file that did not fit
     assert out["same"] and out["results_ok"] == "old"  # nothing torn, no temp file left behind
+
+
+FILL = """
+import os, sys
+fd = os.open(os.path.join(sys.argv[1], "filler"), os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(fd, b"x" * 4096)
+except OSError:
+    pass
+"""
+
+
+def test_cli_eval_on_a_full_tmpfs_is_one_line_naming_results_json(run_dir, tmp_path):  # noqa: F811 - the fixture
+    """`posenc eval RUN --out DIR` on a real full file system: exit 2, one line naming DIR/results.json (not a
+    bare ``[Errno 28]``), the results.json of the previous run intact and no temp file left."""
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    disk, py = tmp_path / "disk", sys.executable
+    evaluate = f"{py} -m posenc eval {run_dir} --corpus {text} --out {disk}/out --quiet --lengths"
+    proc = _on_a_1mib_tmpfs(disk, f"{evaluate} 32 > /dev/null && cp {disk}/out/results.json {tmp_path}/before && "
+                                  f"{py} -c \"$FILL\" {disk} && {evaluate} 32 64; echo $? > {tmp_path}/rc; "
+                                  f"ls -a {disk}/out > {tmp_path}/after; cp {disk}/out/results.json {tmp_path}/now",
+                            FILL=FILL)
+    assert proc.returncode == 0 and (tmp_path / "rc").read_text().strip() == "2", proc.stderr[-3000:]
+    assert proc.stderr.strip() == (f"posenc: error: [Errno 28] could not write {disk}/out/results.json: No space "
+                                   f"left on device (the disk is full: free space, or write elsewhere)")
+    assert (tmp_path / "now").read_bytes() == (tmp_path / "before").read_bytes()  # the previous run's, whole
+    assert json.loads((tmp_path / "now").read_text())["meta"]["lengths"] == [32]
+    assert not [n for n in (tmp_path / "after").read_text().split() if n.endswith(".tmp")]
 
 
 def test_full_disk_simulated(tmp_path, monkeypatch):
@@ -127,11 +164,19 @@ def test_writing_over_a_folder_is_refused_by_name(tmp_path):
         atomic_write_bytes(tmp_path / "out.json", b"{}")
 
 
+# a direct write to a path: Path.write_text/write_bytes, open(path, "w"/"a"/"x"), savefig to anything but the
+# in-memory buffer of posenc._figures.save_png, torch.save / safetensors' save_file to a path
+DIRECT_WRITE = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*['\"][wax]b?\+?['\"]|\.savefig\((?!buf\b)"
+                          r"|\btorch\.save\(|\bsave_file\(")
+
+
 def test_every_writer_of_results_and_reports_is_atomic():
-    """No `write_text`/`write_bytes`/`savefig(path)` left in the package's writers of user-facing files."""
+    """No direct write (:data:`DIRECT_WRITE`) left in the package's writers of user-facing files."""
+    assert DIRECT_WRITE.search('Path("r.json").write_text(s)') and DIRECT_WRITE.search('open(p, "w")')
+    assert DIRECT_WRITE.search("fig.savefig(path, dpi=100)") and not DIRECT_WRITE.search("fig.savefig(buf, dpi=1)")
     offenders = []
     for path in sorted((ROOT / "posenc").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py")):
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if (".write_text(" in line or ".write_bytes(" in line) and "clear_refs" not in line:
+            if DIRECT_WRITE.search(line) and "clear_refs" not in line:  # /proc/self/clear_refs is no file
                 offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert offenders == []

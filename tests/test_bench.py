@@ -83,7 +83,7 @@ def test_round_trip_and_reuse(tiny, capsys):
     for r in ret:
         assert list(r)[:len(RETRIEVAL_KEYS)] == list(RETRIEVAL_KEYS) and r["task"] == "recall"
         assert 0 <= r["accuracy"] <= 1 and r["n"] == bench.PRESETS["tiny"].recall_trials and r["chance"] == 1 / 32
-    assert "## Perplexity vs retrieval" in (out / "report.md").read_text()
+    assert "## Which methods extend past the trained length?" in (out / "report.md").read_text()
     assert (out / "retrieval_recall.png").stat().st_size > 0
     for name in ("report.md", "report.html", "ppl_vs_length.png", "accuracy_vs_length.png"):
         assert (out / name).stat().st_size > 0
@@ -149,7 +149,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
 def test_the_default_presets_results_are_committed():
-    """`make bench` runs quick: its results are what the README quotes (other presets' folders, when present,
+    """`make bench` runs quick: its results are what docs/results/quick.md quotes (other presets' folders, when present,
     are checked below; older runs live under results/archive/ with the commit that made them)."""
     assert (RESULTS / "bench-quick" / "results.json").exists()
 
@@ -157,7 +157,7 @@ def test_the_default_presets_results_are_committed():
 @pytest.mark.parametrize("name", sorted(p.name.removeprefix("bench-") for p in RESULTS.glob("bench-*")
                                         if (p / "results.json").exists()))
 def test_committed_results_are_this_presets_run_within_its_budget(name):
-    """benchmarks/results/bench-NAME/results.json (what the README quotes) was produced by the preset as it
+    """benchmarks/results/bench-NAME/results.json (what docs/results/ quotes) was produced by the preset as it
     is now, holds every row that preset runs, and ran within the time its description promises."""
     path = RESULTS / f"bench-{name}" / "results.json"
     results = json.loads(path.read_text())

@@ -117,6 +117,8 @@ CASES = [
     (["compat", "--families", ""], "--families must name at least one transformers family"),
     (["compat", "llama", "--families", "llama"], "give the families as positional arguments or the old --families"),
     (["compat", "--families", " , "], "--families must name at least one transformers family"),
+    (["compat", ""], "each FAMILY must name a transformers family (e.g. llama gemma3), got ['']"),
+    (["compat", "llama", " "], "each FAMILY must name a transformers family (e.g. llama gemma3), got ['llama', ' ']"),
 ]
 
 
@@ -253,10 +255,16 @@ def test_real_plot_command_creates_no_folder(tmp_path):
 def test_eval_flags_no_method_takes_are_refused_not_ignored(run_dir, extra, match, capsys, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
-    rc, err = run_cli(["eval", run_dir, "--corpus", text, "--lengths", "32", *extra], capsys)
-    if "0.5" in extra:  # a value out of range: the record says why (the run itself is fine)
-        assert rc == 0
+    argv = ["eval", run_dir, "--corpus", text, "--lengths", "32", *extra]
+    if "0.5" in extra:  # a value out of range: the method's row is refused with the reason (the run itself is fine)
+        assert cli.main([str(a) for a in argv]) == 0
+        rows = [ln.split() for ln in capsys.readouterr().out.splitlines()]
+        assert [r[:2] for r in rows if r[:2] in (["rope", "none"], ["rope", "yarn"])] == [["rope", "none"],
+                                                                                         ["rope", "yarn"]]
+        yarn = " ".join(next(r for r in rows if r[:2] == ["rope", "yarn"]))
+        assert f"not_applicable ({match})" in yarn, yarn
         return
+    rc, err = run_cli(argv, capsys)
     assert_one_line_error(rc, err, match)
 
 

@@ -47,3 +47,63 @@ def test_method_catalogue_is_generated_from_the_registry():
     page = (DOCS / "methods.md").read_text()
     assert hooks.MARKER in page
     assert hooks.on_page_markdown(page, None, None, None).count("| `yarn`") == 1
+
+
+# ============================================================================ reST markup in the API pages
+RAW_REST = re.compile(r":(?:func|class|mod|data|meth|attr|obj|exc|const):|``|::</p>|={6,} +={6,}")
+
+
+def _griffe_rst():
+    sys.path.insert(0, str(DOCS))
+    try:
+        import griffe_rst
+    finally:
+        sys.path.remove(str(DOCS))
+    return griffe_rst
+
+
+def test_rest_roles_and_literals_become_markdown():
+    g = _griffe_rst()
+    text = ("See :func:`posenc.hf.extend` and :class:`~posenc.scheme.PositionScheme`; ``a+b`` parses.\n"
+            "A run directory holds::\n\n    config.json   ``extra`` (:func:`f`)\n\nAfter.")
+    out = g.convert(text)
+    assert '<autoref identifier="posenc.hf.extend" optional><code>posenc.hf.extend</code></autoref>' in out
+    assert '<code>PositionScheme</code></autoref>' in out and "`a+b` parses" in out
+    assert "holds:\n\n    config.json   extra (f)\n\nAfter." in out
+    assert not RAW_REST.search(out.replace("</autoref>", ""))
+    table = ("Parts:\n\n======  ==========\npart    field\n======  ==========\nmask    ``mask``\n        (a MaskSpec)\n"
+             "bias    a | b\n======  ==========\n\nAfter.")
+    assert g.convert(table) == ("Parts:\n\n| part | field |\n|---|---|\n| mask | `mask` (a MaskSpec) |\n"
+                                "| bias | a \\| b |\n\nAfter.")
+
+
+def test_every_docstring_loses_its_rest_markup():
+    """posenc's docstrings do use reST roles (so the conversion matters), and after the extension none is left:
+    what mkdocstrings renders is Markdown."""
+    import griffe
+
+    g = _griffe_rst()
+    raw = griffe.load("posenc", search_paths=[str(ROOT)], resolve_aliases=False)
+    converted = griffe.load("posenc", search_paths=[str(ROOT)], resolve_aliases=False,
+                            extensions=griffe.load_extensions(g.RestToMarkdown()))
+    docs = lambda pkg: [o.docstring.value for o in g._walk(pkg, set()) if o.docstring is not None]  # noqa: E731
+    assert sum(len(g.ROLE.findall(d)) for d in docs(raw)) > 100
+    left = [d[:80] for d in docs(converted) if g.ROLE.search(d) or "``" in d]
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_built_api_pages_show_no_raw_rest_markup(tmp_path):
+    """`mkdocs build --strict` into a temporary folder: no API page shows a raw role (``:func:``), a
+    double-backtick literal or a reST ``::``, and the roles became links (autorefs) into the API pages."""
+    import subprocess
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+                   cwd=ROOT, check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    pages = sorted((site / "api").glob("*/index.html"))
+    assert len(pages) >= 6
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert not RAW_REST.search(html), (page, RAW_REST.search(html).group(0))
+    assert 'class="autorefs autorefs-internal"' in (site / "api" / "scheme" / "index.html").read_text()

@@ -1,4 +1,4 @@
-"""A user's first hour: `posenc train`'s defaults are the quick recipe the README measures, a short
+"""A user's first hour: `posenc train`'s defaults are the quick recipe docs/results/quick.md measures, a short
 run is not all warmup, odd settings warn, and the default corpus is checked against the clone's digest."""
 
 from __future__ import annotations

@@ -216,6 +216,13 @@ def test_scan_refuses_unknown_families():
         compat.scan(["llama", "not_a_family"], progress=False)
 
 
+@pytest.mark.parametrize("families", [[], "", " , "])
+def test_scan_refuses_an_empty_family_list_instead_of_scanning_every_family(families, monkeypatch):
+    monkeypatch.setattr(compat, "rope_families", lambda: pytest.fail("an empty list must not mean every family"))
+    with pytest.raises(ValueError, match=r"^families must name at least one transformers family"):
+        compat.scan(families, progress=False)
+
+
 def test_write_table_format(tmp_path):
     rows = [{"family": "a", "status": "pass", "reason": "", "rope_max_diff": 0.0, "seconds": 1.234},
             {"family": "b", "status": "fail", "reason": "ValueError: x | y", "rope_max_diff": None, "seconds": 0.5},

@@ -7,6 +7,7 @@ PositionalAttention's input dtype, and the dtype of every backend (float64 exact
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -35,11 +36,28 @@ def test_a_pattern_preset_takes_an_integral_float_period(name):
     ("fox", {"bias_init": "x"}, "fox.bias_init must be a finite number, got 'x'"),
     ("fox", {"bias_init": math.inf}, "fox.bias_init must be a finite number, got inf"),
     ("cope", {"npos_max": 1.5}, "cope.npos_max must be an integer >= 2, got 1.5"),
+    # refused when the scheme is built (they were a raw TypeError, accepted until a model was built, or 0 replaced
+    # by the default)
+    ("streaming_llm", {"n_sinks": "x"}, "streaming_llm.n_sinks must be an integer >= 0, got 'x'"),
+    ("hierarchical", {"alpha": 1.0}, "hierarchical.alpha must be > 0 and < 1, got 1.0"),
+    ("hierarchical", {"alpha": "x"}, "hierarchical.alpha must be > 0 and < 1, got 'x'"),
+    ("learned", {"max_positions": 0}, "learned.max_positions must be an integer >= 1, got 0"),
+    ("infini", {"segment_len": 0}, "infini.segment_len must be an integer >= 1, got 0"),
+    ("infini", {"segment_len": "x"}, "infini.segment_len must be an integer >= 1, got 'x'"),
+    ("infini", {"rope": "no"}, "infini.rope must be true or false, got 'no'"),
 ])
 def test_range_messages_read_as_a_sentence(name, params, message):
     with pytest.raises(ValueError) as exc:
         P.preset(name, train_len=64, **params)
     assert str(exc.value) == message
+
+
+def test_the_hierarchical_method_checks_alpha_when_applied():
+    learned = P.preset("learned", train_len=64)
+    assert learned.extend("hierarchical", alpha=0.25).embedding.params["alpha"] == 0.25
+    for bad in (0.0, 1.0, "x", [0.4]):
+        with pytest.raises(ValueError, match=rf"^hierarchical.alpha must be > 0 and < 1, got {re.escape(repr(bad))}$"):
+            learned.extend("hierarchical", alpha=bad)
 
 
 # ---------------------------------------------------------------------------------------------- sink logits
@@ -97,6 +115,36 @@ def test_grid_positions_as_seq_by_axes_are_read_as_coordinates():
     torch.testing.assert_close(layer(x, positions=pos), layer(x, positions=pos[None]), rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"got shape \(16, 2\); a \[seq, n_axes\] tensor such as grid_positions"):
         attention(q, q, q, P.preset("rope", train_len=16), q_pos=pos, k_pos=pos)
+
+
+@pytest.mark.parametrize("name, shape, batch", [("mrope", (16, 2), 1), ("rope_2d", (16, 3), 1),
+                                               ("rope_2d", (1, 16, 3), 1), ("rope_2d", (3, 16, 2), 2)])
+def test_axis_positions_of_the_wrong_shape_name_the_schemes_axes(name, shape, batch):
+    """grid_positions(4, 4) given to mrope (3 axes) is refused naming its 3 axes, not read as a batch of 16 rows;
+    the batch reads '1' or '1 or 2', never '1 or 1'."""
+    scheme, axes = P.preset(name, train_len=16), 3 if name == "mrope" else 2
+    pos = torch.zeros(shape, dtype=torch.long)
+    rows = "1" if batch == 1 else "1 or 2"
+    message = "^" + re.escape(f"positions of this multi-axis scheme ({axes} axes) must be [seq, {axes}] or [batch, "
+                              f"seq, {axes}] with batch {rows} and seq 16, got shape {shape}")
+    q = torch.randn(batch, 2, 16, 8)
+    with pytest.raises(ValueError, match=message):
+        attention(q, q, q, scheme, q_pos=pos, k_pos=pos)
+    with pytest.raises(ValueError, match=message):
+        PositionalAttention(16, 2, scheme)(torch.randn(batch, 16, 16), positions=pos)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_apply_rope_names_the_batch_sizes_it_takes_and_the_grid_hint(batch):
+    from posenc.parts.rotary import apply_rope
+
+    x, inv = torch.randn(batch, 2, 16, 8), 1.0 / 10000.0 ** (torch.arange(0, 8, 2) / 8)
+    rows = "1" if batch == 1 else "1 or 2"
+    with pytest.raises(ValueError, match=rf"^positions has batch 3, expected {rows}$"):
+        apply_rope(x, torch.zeros(3, 16, dtype=torch.long), inv)
+    with pytest.raises(ValueError, match=r"^positions has length 2, expected 16; a \[seq, n_axes\] tensor such as "
+                                         r"grid_positions\(...\) is for a scheme with a multi-axis part"):
+        apply_rope(x, grid_positions(4, 4), inv)
 
 
 # ---------------------------------------------------------------------------------------------- dtypes

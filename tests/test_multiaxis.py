@@ -178,7 +178,7 @@ def test_mrope_cached_decode_equals_full_forward():
 def test_bad_input():
     m = PositionalAttention(32, 4, PositionScheme.preset("rope_2d", train_len=16))
     x = torch.randn(1, 6, 32)
-    with pytest.raises(ValueError, match="positions must be"):
+    with pytest.raises(ValueError, match=r"positions of this multi-axis scheme \(2 axes\) must be"):
         m(x, positions=torch.zeros(1, 6, 3, dtype=torch.long))  # three axes for a 2-axis scheme
     with pytest.raises(ValueError, match="integers"):
         m(x, positions=torch.zeros(1, 6, 2))

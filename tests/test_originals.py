@@ -39,7 +39,8 @@ def test_resonance_equals_sheryc_resonance_rope(spec, kw):
 
 
 def test_report_resonance_max_delta(capsys):
-    """Prints the measured max |delta logits| per case (the numbers the README and the closing note quote)."""
+    """Prints the measured max |delta logits| per case (the numbers docs/guides/conventions.md and the closing note
+    quote)."""
     transformers = pytest.importorskip("transformers")
     import posenc.hf
 

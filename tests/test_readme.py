@@ -34,3 +34,18 @@ def test_readme_example_runs(i):
     assert expected
     for name, shape in expected.items():
         assert tuple(ns[name].shape) == shape, f"block {i}: {name}"
+
+
+def test_readme_method_table_names_every_preset_and_method():
+    """The front page's compact method table is typed by hand: it must name every trained-in preset and every
+    inference-time method of the registry, and nothing else (``longrope`` is transformers' own: HF_ONLY)."""
+    from posenc import PositionScheme
+    from posenc.scheme.methods import HF_ONLY, METHODS
+
+    text = README.read_text()
+    section = text[text.index("## Methods"):text.index("## Latest results")]
+    rows = [line.split("|")[2] for line in section.splitlines() if line.startswith("| ") and "| family |" not in line]
+    names = set(re.findall(r"`(\w+)`", "\n".join(rows)))
+    registered = set(METHODS) | set(PositionScheme.presets())
+    assert registered <= names, sorted(registered - names)
+    assert names <= registered | set(HF_ONLY), sorted(names - registered - set(HF_ONLY))

@@ -76,7 +76,7 @@ def test_write_report(tmp_path):
     for key in ("ppl_plot", "accuracy_plot", "passkey_plot", "markdown", "html"):
         assert paths[key].exists() and paths[key].stat().st_size > 0
     html = paths["html"].read_text()
-    assert "data:image/png;base64," in html and "<table>" in html and "PASS" in html
+    assert "data:image/png;base64," in html and "<table>" in html and "as expected: " in html
     md = paths["markdown"].read_text()
     assert "![ppl_vs_length](ppl_vs_length.png)" in md
     assert R.plot_passkey(records(), tmp_path / "none.png") is None

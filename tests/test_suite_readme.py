@@ -1,4 +1,5 @@
-"""The README's real-model tables are the committed suite results, rendered (no number typed by hand)."""
+"""The real-model results page's tables (docs/results/smollm2.md, moved there from the README) are the committed
+suite results, rendered (no number typed by hand)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import pytest
 from posenc.hf.suite.report import README_MARKS, readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-RUNS = sorted(set(re.findall(r"<!-- suite:([\w-]+):begin -->", README)))
+PAGE = (ROOT / "docs" / "results" / "smollm2.md").read_text(encoding="utf-8")
+RUNS = sorted(set(re.findall(r"<!-- suite:([\w-]+):begin -->", PAGE)))
 
 
-def test_the_readme_holds_the_short_real_model_run():
+def test_the_results_page_holds_the_short_real_model_run():
     assert "suite-smollm2" in RUNS
 
 
@@ -23,5 +24,5 @@ def test_the_readme_holds_the_short_real_model_run():
 def test_readme_tables_equal_the_committed_results(name):
     results = json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
     begin, end = (m.format(name=name) for m in README_MARKS)
-    block = README[README.index(begin):README.index(end) + len(end)]
+    block = PAGE[PAGE.index(begin):PAGE.index(end) + len(end)]
     assert block == readme_block(results, name)

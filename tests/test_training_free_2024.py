@@ -344,13 +344,13 @@ def test_hf_duo_calibrated_on_the_model_itself():
 
 
 # ============================================================================ conventions
-def test_readme_conventions_table_is_the_registrys():
+def test_docs_conventions_table_is_the_registrys():
     from pathlib import Path
 
     from posenc.scheme.conventions import conventions_table
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert conventions_table() in readme, "regenerate the README's conventions table: conventions_table()"
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "conventions.md").read_text(encoding="utf-8")
+    assert conventions_table() in page, "regenerate docs/guides/conventions.md's table: conventions_table()"
     for name in ("streaming_llm", "selfextend", "dca", "string", "retrieval", "duo", "lm_infinite"):
         assert any(p.original for p in METHODS[name].params), name
     assert "recent_size + 1" in METHODS["streaming_llm"].param("window").describe()

@@ -30,6 +30,9 @@ def run(args: argparse.Namespace) -> int:
     from posenc.hf.compat import scan, summary, write_json, write_table
 
     families = list(args.families) or None  # None: every family
+    if families and not all(f.strip() for f in families):  # `posenc compat ""` is not "every family" either
+        raise ValueError(f"each FAMILY must name a transformers family (e.g. llama gemma3), got {families!r}; give "
+                         f"no FAMILY to check every family")
     if args.old_families is not None:
         if families:
             raise ValueError("give the families as positional arguments or the old --families, not both")

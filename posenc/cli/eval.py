@@ -189,12 +189,12 @@ def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | Non
     if lines_file is not None:
         atomic_write_bytes(lines_file, jsonl)
     if args.out:
-        from posenc.lab.report import write_report
+        from posenc.lab.report_eval import write_eval_report
 
         out = Path(args.out)
         results = {"meta": {"command": "posenc eval", "source": args.model, "lengths": args.lengths,
                             "methods": list(args.method)}, "records": records}
         atomic_write_json(out / "results.json", results, indent=1)
         atomic_write_bytes(out / "records.jsonl", jsonl)
-        paths = write_report(results, out)
+        paths = write_eval_report(results, out)
         print(f"report: {paths['html']}")

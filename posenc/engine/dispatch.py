@@ -25,7 +25,8 @@ compute a call exactly, None when it can):
 ``toeplitz``   a bias that depends only on the distance (ALiBi, KERPLE, T5, Sandwich) and/or a causal
                sliding window, on the fused CPU flash kernel with the bias as an O(N) strided view
                (:mod:`posenc.engine.toeplitz`): close to bias-free SDPA, where a materialised bias
-               costs N^2 memory and compiled flex a slower kernel (measurements: README, benchmarks/).
+               costs N^2 memory and compiled flex a slower kernel (measurements:
+               docs/results/performance.md, benchmarks/).
 ``sinks``      attention sinks + a window (StreamingLLM, LM-Infinite): the window piece on the Toeplitz
                kernel, the sink keys scored like ``reference``, merged by log-sum-exp.
 ``chunks``     chunked three-branch remaps (Dual Chunk Attention): per query chunk the same-chunk,

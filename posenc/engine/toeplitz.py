@@ -18,7 +18,7 @@ To keep causal skipping, queries go in chunks of ``C``: a chunk ``[m0, m1)`` att
 upper triangle of one ``C x C`` block per chunk. Every chunk's view has the same shape rule, so one
 vector serves all of them: ``g[u] = f(u - (C - 1))`` for ``u >= C - 1`` and ``-inf`` below (future
 keys). ALiBi this way costs little more than bias-free causal SDPA, well below SDPA with the bias
-materialised (and its N^2 memory); measurements: ``benchmarks/bench_attention.py`` and the README.
+materialised (and its N^2 memory); measurements: ``benchmarks/bench_attention.py`` and ``docs/results/performance.md``.
 
 With ``min_distance`` and ``return_lse`` one call computes a *piece* of the keys (``d >= min_distance``)
 and its rows' log-sum-exp, so pieces with different rotations merge exactly: ReRoPE's near branch is a

@@ -29,7 +29,7 @@ random places, as many as in training at every length, so only the needle's dist
 change along the probe's axes. With the default ``pairs = 1`` the needle is the only value in the
 window, as in a passkey test (the model need not match keys, only find and copy it); ``pairs > 1`` is
 multi-query recall proper, which the lab's 2-layer models learn too slowly for the quick preset (see
-the README). Only the final query is scored (greedy argmax of the logits at position ``n - 1``).
+``docs/results/quick.md``). Only the final query is scored (greedy argmax of the logits at position ``n - 1``).
 
 Positions are exact and the draws depend only on ``(seed, n, d, trial)``, so a cell's sequences do not
 change when other lengths or distances are added.

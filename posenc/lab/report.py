@@ -1,25 +1,32 @@
-"""Reports of a length-extrapolation bench: Markdown/HTML tables, plots and the expected-shape checks.
+"""Reports of a length-extrapolation bench: the headline first, then tables, checks and plots.
 
-Input is the ``records`` list of ``results.json`` (written by :func:`posenc.lab.bench.run_bench`); one record
-per (trained scheme, inference-time method, eval length) with keys ``scheme``, ``method``, ``train_len``,
-``eval_len``, ``ppl``, ``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``. A record's
-``method`` is ``None``/``"none"`` for the model as trained; otherwise the training-free method applied to
-the trained weights (e.g. ``yarn`` on the RoPE model, ``hierarchical`` on the learned model).
+Input is ``results.json`` (written by :func:`posenc.lab.bench.run_bench`): ``records``, one per (trained scheme,
+inference-time method, eval length[, seed]) with keys ``scheme``, ``method``, ``train_len``, ``eval_len``, ``ppl``,
+``loss``, ``accuracy``, ``tokens``, ``passkey``, ``status``, ``note``; and ``retrieval``
+(:class:`posenc.lab.records.RetrievalRecord` rows). A record's ``method`` is ``None``/``"none"`` for the model as
+trained; otherwise the training-free method applied to the trained weights (e.g. ``yarn`` on the RoPE model,
+``hierarchical`` on the learned model). Several seeds of a cell are pooled first (:mod:`posenc.lab.pooling`).
 
+The document, top to bottom:
+
+- the headline (:mod:`posenc.lab.report_headline`): which rows extend past the trained length, which only look
+  locally, which fail (:mod:`posenc.lab.verdict`), as a list and as one figure with intervals;
 - :func:`markdown_tables`: rows = scheme/method, columns = eval lengths, cells ``ppl / acc%``; a second
   table with the ratio PPL(8L)/PPL(L) (the train-short / test-long degradation of ALiBi, arXiv:2108.12409,
-  Table 2) and passkey retrieval accuracy (Landmark Attention's task, arXiv:2305.16300).
-- :func:`shape_checks`: the shapes the literature predicts, as PASS/FAIL lines (a FAIL stays a FAIL).
-- :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey`: matplotlib (Agg, no pyplot state).
-- :func:`write_report`: ``report.md``, self-contained ``report.html`` (PNGs embedded as base64) and PNGs.
+  Table 2) and passkey retrieval accuracy (Landmark Attention's task, arXiv:2305.16300);
+- the checks: :func:`shape_checks` (the shapes the literature predicts, PASS/FAIL/SKIP lines), the retrieval
+  checks and the baselines' lines, shown as expected / observed (:func:`posenc.lab.report_doc.check_items`);
+- :func:`plot_ppl`, :func:`plot_accuracy`, :func:`plot_passkey` and the retrieval heatmaps (matplotlib, Agg, no
+  pyplot state; colours by method family, :mod:`posenc.lab.families`);
+- the machine and timings, folded in a ``<details>`` block.
 
-CLI-free on purpose (``posenc bench`` calls it); ``python -m posenc.lab.report RESULTS.json`` re-renders.
+:func:`write_report` writes ``report.md``, a self-contained ``report.html`` (PNGs embedded as base64) and the PNGs.
+``posenc eval``'s report has its own template (:mod:`posenc.lab.report_eval`). CLI-free on purpose (``posenc
+bench`` calls it); ``python -m posenc.lab.report RESULTS.json [OUT_DIR]`` re-renders.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 import sys
@@ -28,8 +35,12 @@ from pathlib import Path
 
 from posenc._figures import new_figure, save_png
 from posenc.lab.atomic import atomic_write_text
-from posenc.lab.records import REQUIRED_KEYS
-from posenc.lab.report_retrieval import plot_retrieval, ppl_vs_retrieval_table, retrieval_checks
+from posenc.lab.families import palette
+from posenc.lab.pooling import pool_records, pool_retrieval
+from posenc.lab.records import REQUIRED_KEYS, RETRIEVAL_TASKS
+from posenc.lab.report_doc import check_items, checks_md, details_md, md_to_html, page
+from posenc.lab.report_headline import TASK_LABELS, baseline_checks, headline_markdown, plot_headline
+from posenc.lab.report_retrieval import plot_retrieval, retrieval_checks
 from posenc.scheme.methods import is_identity
 
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
@@ -60,9 +71,9 @@ def _ok(rec: dict) -> bool:
 
 def rows(records: Sequence[dict]) -> dict[tuple[str, str | None], dict[int, dict]]:
     """``{(scheme, method): {eval_len: record}}`` in first-seen order (trained rows before method rows of
-    the same scheme as the bench writes them)."""
+    the same scheme as the bench writes them); several seeds of a cell pooled (:func:`pool_records`)."""
     out: dict[tuple[str, str | None], dict[int, dict]] = {}
-    for r in records:
+    for r in pool_records(records):
         method = None if is_identity(r.get("method")) else r["method"]
         out.setdefault((r["scheme"], method), {})[int(r["eval_len"])] = r
     return out
@@ -220,28 +231,25 @@ def shape_checks(records: Sequence[dict]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ plots
-def _style(i: int, trained: bool) -> dict:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if trained else "tab20"]
-    return {"color": cmap(i % cmap.N), "linestyle": "-" if trained else "--",
-            "marker": "o" if trained else ".", "linewidth": 2.0 if trained else 1.2}
+def _style(colour: dict, trained: bool) -> dict:
+    return {"color": colour["color"], "linestyle": "-" if trained else "--", "marker": colour["marker"],
+            "markersize": 5 if trained else 4, "linewidth": 2.0 if trained else 1.2}
 
 
-def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bool) -> Path:
+def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bool, finetunes=()) -> Path:
     fig, (ax,) = new_figure(9.0, 5.5)
     table = rows(records)
-    n_tr = n_m = 0
+    colours = palette(table, finetunes)
+    n_lines = 0
     Ls = set()
     for (scheme, method), cells in table.items():
         pts = sorted((n, float(r[key])) for n, r in cells.items() if _ok(r) and isinstance(r.get(key), (int, float)))
         if not pts:
             continue
         Ls.add(_train_len(cells))
-        trained = method is None
-        style = _style(n_tr if trained else n_m, trained)
-        n_tr, n_m = n_tr + trained, n_m + (not trained)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=row_label(scheme, method), **style)
+        n_lines += 1
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=row_label(scheme, method),
+                **_style(colours[(scheme, method)], method is None))
     for L in Ls - {None}:
         ax.axvline(L, color="gray", linewidth=0.8, linestyle=":")
     from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, NullLocator, ScalarFormatter
@@ -259,20 +267,21 @@ def _plot_metric(records: Sequence[dict], path, key: str, ylabel: str, log_y: bo
     ax.set_xlabel("evaluation length (tokens; dotted: train length L)")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-    if n_tr + n_m:
-        ax.legend(fontsize=7, ncol=2 if n_tr + n_m > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.set_title(f"{ylabel} vs length (solid: trained schemes; dashed: methods on a trained model)", fontsize=9)
+    if n_lines:
+        ax.legend(fontsize=7, ncol=2 if n_lines > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(f"{ylabel} vs length (colour: family; solid: trained; dashed: a method)", fontsize=9)
     return save_png(fig, path, dpi=100, make_dirs=True)
 
 
-def plot_ppl(records: Sequence[dict], path) -> Path:
-    """Perplexity vs eval length on log-log axes; one line per scheme/method."""
-    return _plot_metric(records, path, "ppl", "perplexity", log_y=True)
+def plot_ppl(records: Sequence[dict], path, finetunes: Sequence[str] = ()) -> Path:
+    """Perplexity vs eval length on log-log axes; one line per scheme/method, coloured by method family
+    (:func:`posenc.lab.families.palette`; ``finetunes``: the bench's fine-tuned scheme names)."""
+    return _plot_metric(records, path, "ppl", "perplexity", log_y=True, finetunes=finetunes)
 
 
-def plot_accuracy(records: Sequence[dict], path) -> Path:
-    """Next-token top-1 accuracy vs eval length (log x)."""
-    return _plot_metric(records, path, "accuracy", "next-token accuracy", log_y=False)
+def plot_accuracy(records: Sequence[dict], path, finetunes: Sequence[str] = ()) -> Path:
+    """Next-token top-1 accuracy vs eval length (log x), coloured as :func:`plot_ppl`."""
+    return _plot_metric(records, path, "accuracy", "next-token accuracy", log_y=False, finetunes=finetunes)
 
 
 def plot_passkey(records: Sequence[dict], path) -> Path | None:
@@ -321,100 +330,89 @@ def plot_passkey(records: Sequence[dict], path) -> Path | None:
 
 
 # ------------------------------------------------------------------------------------------ documents
-def _meta_lines(meta: dict) -> list[str]:
-    lines = []
-    for key in ("preset", "corpus", "machine", "timings"):
-        if key in meta:
-            lines.append(f"- **{key}**: `{json.dumps(meta[key], default=str)}`")
-    return lines
+def finetune_names(meta: dict) -> list[str]:
+    """The fine-tuned scheme names of a bench (``meta.config.finetunes``)."""
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    return [f["name"] for f in config.get("finetunes", []) if isinstance(f, dict) and "name" in f]
 
 
-def render_markdown(results: dict, images: Sequence[str] = ()) -> str:
-    """``report.md``: meta, the two tables, the shape checks, links to the PNGs."""
-    meta, records = results.get("meta", {}), results.get("records", [])
-    retrieval = results.get("retrieval", [])
-    out = [f"# posenc bench: {meta.get('preset', '?')}", ""]
-    out += _meta_lines(meta)
-    headline = ppl_vs_retrieval_table(records, retrieval)
-    if headline:
-        out += ["", "## Perplexity vs retrieval", "", headline]
+def _summary(meta: dict, records: Sequence[dict]) -> str:
+    Ls = sorted({int(r["train_len"]) for r in records if r.get("train_len")})
+    lengths = _lengths(records)
+    parts = [f"Preset `{meta.get('preset', '?')}`"]
+    if meta.get("corpus"):
+        parts.append(f"on `{meta['corpus']}`" + (f" ({meta['tokenizer']} tokenizer)" if meta.get("tokenizer") else ""))
+    text = " ".join(parts)
+    if Ls and lengths:
+        text += f": trained at L = {', '.join(map(str, Ls))}, evaluated at {', '.join(map(str, lengths))} tokens"
+    return text + "."
+
+
+def _checks(records: Sequence[dict], retrieval: Sequence[dict]) -> list[str]:
+    return shape_checks(records) + (retrieval_checks(retrieval) + baseline_checks(records, retrieval)
+                                    if retrieval else [])
+
+
+def render_markdown(results: dict, images: Sequence[str | Path] = ()) -> str:
+    """``report.md``: the headline first (verdicts, ``headline.png`` when among ``images``, the table), then the
+    per-length tables, the checks (expected / observed), the other plots, and the machine and timings folded."""
+    meta, raw = results.get("meta", {}), results.get("records", [])
+    raw_retrieval = results.get("retrieval", [])
+    records, retrieval = pool_records(raw), pool_retrieval(raw_retrieval)
+    names = [Path(p).name for p in images]
+    out = [f"# posenc bench: {meta.get('preset', '?')}", "", _summary(meta, records), "",
+           "## Which methods extend past the trained length?", ""]
+    head = headline_markdown(raw, raw_retrieval, "headline.png" if "headline.png" in names else None)
+    out.append(head or "No retrieval records: these results cannot tell a method that extends the context from "
+               "one that only looks locally (perplexity alone is below).")
     out += ["", "## Perplexity / accuracy vs evaluation length", "", markdown_tables(records), "",
-            "## Expected shapes", ""]
-    out += [f"- {line}" for line in shape_checks(records) + (retrieval_checks(retrieval) if retrieval else [])]
-    if images:
-        out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in images]
+            "## Checks against the literature: expected and observed", "", checks_md(_checks(records, retrieval))]
+    rest = [n for n in names if n != "headline.png"]
+    if rest:
+        out += ["", "## Plots"]
+        for n in rest:
+            task = Path(n).stem.removeprefix("retrieval_") if Path(n).stem.startswith("retrieval_") else None
+            out += [""] + ([f"Accuracy by needle distance and length: {TASK_LABELS.get(task, task)}.", ""]
+                           if task else []) + [f"![{Path(n).stem}]({n})"]
+    details = details_md(meta)
+    if details:
+        out += ["", "## Machine and timings", "", details]
     return "\n".join(out) + "\n"
 
 
-def _md_table_to_html(md: str) -> str:
-    out, in_table = [], False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-:") for c in cells):
-                continue
-            tag = "th" if not in_table else "td"
-            if not in_table:
-                out.append("<table>")
-                in_table = True
-            out.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
-        else:
-            if in_table:
-                out.append("</table>")
-                in_table = False
-            if line.strip():
-                out.append(f"<p>{html.escape(line)}</p>")
-    if in_table:
-        out.append("</table>")
-    return "\n".join(out)
-
-
 def render_html(results: dict, images: Sequence[str | Path] = ()) -> str:
-    """Self-contained ``report.html``: tables, shape checks, PNGs embedded as base64 data URIs."""
-    meta, records = results.get("meta", {}), results.get("records", [])
-    retrieval = results.get("retrieval", [])
-    checks = "".join(f"<li class='{line.split(':')[0].lower()}'>{html.escape(line)}</li>"
-                     for line in shape_checks(records) + (retrieval_checks(retrieval) if retrieval else []))
-    headline = ppl_vs_retrieval_table(records, retrieval)
-    headline = f"<h2>Perplexity vs retrieval</h2>\n{_md_table_to_html(headline)}" if headline else ""
-    imgs = []
-    for p in images:
-        data = base64.b64encode(Path(p).read_bytes()).decode()
-        imgs.append(f"<h3>{html.escape(Path(p).stem)}</h3><img alt='{html.escape(Path(p).stem)}' "
-                    f"src='data:image/png;base64,{data}'>")
-    meta_html = "".join(f"<li><b>{html.escape(k)}</b>: <code>{html.escape(json.dumps(meta[k], default=str))}"
-                        f"</code></li>" for k in ("preset", "corpus", "machine", "timings") if k in meta)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>posenc bench {html.escape(str(meta.get('preset', '')))}</title>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}} table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}} td:first-child{{text-align:left}}
-.pass{{color:#080}} .fail{{color:#b00}} .skip{{color:#888}} img{{max-width:100%}}</style></head>
-<body><h1>posenc bench: {html.escape(str(meta.get('preset', '?')))}</h1><ul>{meta_html}</ul>
-{headline}
-<h2>Perplexity / accuracy vs evaluation length</h2>
-{_md_table_to_html(markdown_tables(records))}
-<h2>Expected shapes</h2><ul>{checks}</ul>
-<h2>Plots</h2>{''.join(imgs)}
-</body></html>
-"""
+    """Self-contained ``report.html``: :func:`render_markdown`'s document, PNGs embedded as base64 data URIs."""
+    meta = results.get("meta", {})
+    md = render_markdown(results, images)
+    checks = _checks(pool_records(results.get("records", [])), pool_retrieval(results.get("retrieval", [])))
+    body = md_to_html(md, {Path(p).name: Path(p) for p in images}, [c for c, _ in check_items(checks)])
+    return page(f"posenc bench {meta.get('preset', '')}", body)
 
 
 def write_report(results: dict, out_dir) -> dict[str, Path]:
-    """Write ``ppl_vs_length.png``, ``accuracy_vs_length.png``, ``passkey.png`` (when records carry passkey
-    cells), ``retrieval_recall.png`` / ``retrieval_passkey.png`` (accuracy by needle distance and length,
-    when ``results["retrieval"]`` has that task), ``report.md`` and ``report.html`` into ``out_dir``.
-    Returns name -> path."""
+    """Write a bench's report into ``out_dir``; returns name -> path. (``posenc eval``'s report is
+    :func:`posenc.lab.report_eval.write_eval_report`.)
+
+    Writes ``headline.png`` (when ``results["retrieval"]`` has records), ``ppl_vs_length.png``,
+    ``accuracy_vs_length.png``, ``passkey.png`` (records with passkey cells), ``retrieval_<task>.png`` per retrieval
+    task, ``report.md`` and ``report.html``."""
+    meta = results.get("meta", {})
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = results.get("records", [])
+    raw, raw_retrieval = results.get("records", []), results.get("retrieval", [])
+    records, retrieval = pool_records(raw), pool_retrieval(raw_retrieval)
+    finetunes = finetune_names(meta)
     paths: dict[str, Path] = {}
-    paths["ppl_plot"] = plot_ppl(records, out_dir / "ppl_vs_length.png")
-    paths["accuracy_plot"] = plot_accuracy(records, out_dir / "accuracy_vs_length.png")
+    hl = plot_headline(raw, raw_retrieval, out_dir / "headline.png", finetunes)
+    if hl is not None:
+        paths["headline_plot"] = hl
+    paths["ppl_plot"] = plot_ppl(records, out_dir / "ppl_vs_length.png", finetunes)
+    paths["accuracy_plot"] = plot_accuracy(records, out_dir / "accuracy_vs_length.png", finetunes)
     pk = plot_passkey(records, out_dir / "passkey.png")
     if pk is not None:
         paths["passkey_plot"] = pk
-    for task in ("recall", "passkey"):
-        rt = plot_retrieval(results.get("retrieval", []), out_dir / f"retrieval_{task}.png", task)
+    for task in RETRIEVAL_TASKS:
+        rt = plot_retrieval(retrieval, out_dir / f"retrieval_{task}.png", task)
         if rt is not None:
             paths[f"retrieval_{task}_plot"] = rt
     images = [p for k, p in paths.items() if k.endswith("_plot")]
@@ -431,9 +429,13 @@ def main(argv=None) -> int:
         return 2
     src = Path(argv[0])
     results = json.loads(src.read_text())
+    if results.get("meta", {}).get("command") == "posenc eval":
+        print(f"{src} holds `posenc eval` results: python -m posenc.lab.report_eval {src} [OUT_DIR]", file=sys.stderr)
+        return 2
     paths = write_report(results, argv[1] if len(argv) > 1 else src.parent)
-    print(markdown_tables(results.get("records", [])))
-    print("\n".join(shape_checks(results.get("records", [])) + retrieval_checks(results.get("retrieval", []))))
+    records = pool_records(results.get("records", []))
+    print(markdown_tables(records))
+    print("\n".join(_checks(records, pool_retrieval(results.get("retrieval", [])))))
     print(f"wrote {paths['markdown']} and {paths['html']}")
     return 0
 

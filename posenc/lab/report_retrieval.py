@@ -7,8 +7,8 @@ to the perplexity ``records``.
 - :func:`plot_retrieval`: one heatmap per scheme/method, accuracy over (needle distance, evaluation length).
 - :func:`ppl_vs_retrieval_table`: the headline table. Per row: perplexity at ``L`` and ``4L``, recall
   at ``L``, and recall at ``4L`` split into needles within ``L`` ("near") and beyond ``L`` ("far"),
-  with a verdict. A method that keeps perplexity but is at chance on far needles only looks locally
-  (StreamingLLM's own README says it does not extend the context; arXiv 2309.17453).
+  with the verdict of :mod:`posenc.lab.verdict` (perplexity kept *and* far needles retrieved; a method that keeps
+  perplexity but loses far needles only looks locally).
 - :func:`retrieval_checks`: the probe's expected shapes as PASS/FAIL/SKIP lines.
 """
 
@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
+from posenc.lab.pooling import pool_records, pool_retrieval
+from posenc.lab.verdict import EXTENDS, FAR_OK, LOCAL, classify
 from posenc.scheme.methods import UnknownMethodError, is_identity, parse_methods
 
 __all__ = ["FAR_FACTOR", "cells", "far_near", "plot_retrieval", "ppl_vs_retrieval_table", "retrieval_checks"]
@@ -29,7 +31,6 @@ FAILS_BELOW = 0.5  # "fails" at 4L: mean accuracy below this
 NEAR_OK = 0.8  # a windowed method answers needles within half its window
 CHANCE_MARGIN = 0.1  # "near chance": accuracy <= chance + this
 EXTENSION_OK = 0.8  # the best training-free extension keeps this mean accuracy at 4L
-USES_CONTEXT = 0.5  # the verdict "uses the long context": far accuracy at least this
 
 
 def _label(scheme: str, method) -> str:
@@ -37,9 +38,10 @@ def _label(scheme: str, method) -> str:
 
 
 def cells(retrieval: Sequence[dict], task: str = "recall") -> dict[tuple[str, str], dict[tuple[int, int], dict]]:
-    """``{(scheme, method): {(eval_len, distance): record}}`` of one task, in first-seen order."""
+    """``{(scheme, method): {(eval_len, distance): record}}`` of one task, in first-seen order; the trials of several
+    seeds pooled (:func:`posenc.lab.pooling.pool_retrieval`)."""
     out: dict[tuple[str, str], dict[tuple[int, int], dict]] = {}
-    for r in retrieval:
+    for r in pool_retrieval(retrieval):
         if r.get("task") == task:
             method = "none" if is_identity(r.get("method")) else r["method"]
             out.setdefault((r["scheme"], method), {})[(int(r["eval_len"]), int(r["distance"]))] = r
@@ -68,7 +70,7 @@ def _fmt(x) -> str:
 
 
 def _ppl(records: Sequence[dict], scheme: str, method: str, n: int):
-    for r in records:
+    for r in pool_records(records):
         if r.get("scheme") == scheme and int(r.get("eval_len") or 0) == n and r.get("status", "ok") == "ok" \
                 and (is_identity(r.get("method")) if is_identity(method) else r.get("method") == method):
             return r.get("ppl")
@@ -84,15 +86,18 @@ def _is_mask(method: str) -> bool:
     return bool(ms) and all(m.kind == "mask" for m in ms)
 
 
-def _verdict(ratio, near, far, chance) -> str:
-    if near is None or far is None:
+def _verdict(ratio, far) -> str:
+    """The verdict of :mod:`posenc.lab.verdict` (perplexity kept and far needles retrieved), in words: a row whose
+    perplexity grows past ``PPL_KEEP`` fails even when it still copies far needles (plain RoPE at 2.6x)."""
+    v = classify(ratio, far)
+    if v is None:
         return ""
-    if far >= USES_CONTEXT:
+    if v == EXTENDS:
         return "uses the long context"
-    if near >= NEAR_OK and far <= (chance or 0) + CHANCE_MARGIN:
-        kept = ratio is not None and ratio <= 1.5
-        return "local only" + (": keeps perplexity, loses far needles" if kept else "")
-    return "fails" if near < FAILS_BELOW else "partial"
+    if v == LOCAL:
+        return "local only: keeps perplexity, loses far needles"
+    return f"fails: perplexity x{ratio:.2f}" + (", though far needles are still found" if far is not None
+                                                  and far >= FAR_OK else "")
 
 
 def ppl_vs_retrieval_table(records: Sequence[dict], retrieval: Sequence[dict]) -> str:
@@ -108,10 +113,9 @@ def ppl_vs_retrieval_table(records: Sequence[dict], retrieval: Sequence[dict]) -
         ratio = b / a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 else None
         at_l, _, _ = far_near(row, L)
         at_far, near, far = far_near(row, FAR_FACTOR * L)
-        chance = next(iter(row.values())).get("chance")
         ppl_s = [("-" if x is None else f"{x:.3g}") for x in (a, b)]
         out.append(f"| {_label(scheme, method)} | {ppl_s[0]} | {ppl_s[1]} | {_fmt(ratio)} | {_fmt(at_l)} | "
-                   f"{_fmt(at_far)} | {_fmt(near)} | {_fmt(far)} | {_verdict(ratio, near, far, chance)} |")
+                   f"{_fmt(at_far)} | {_fmt(near)} | {_fmt(far)} | {_verdict(ratio, far)} |")
     chance = next(iter(next(iter(table.values())).values())).get("chance")
     out += ["", f"Recall: exact-match accuracy on the final query (chance {_fmt(chance)}); recall@nL is the mean "
             "over the probed needle distances at evaluation length nL, split into needles within the training "

@@ -66,7 +66,7 @@ _ADDED_WAS = {"recall_task": "recall"}  # an added field whose value before it e
 
 # The lab's quick recipe (posenc.lab.bench.PRESETS["quick"]: 2 layers, L = 64, 2400 steps, 8 text windows and 32
 # kv rows of 2 definitions at weight 1 per step, lr 1e-3), so `posenc train` with no flags trains the model the quick
-# bench measures.
+# bench measures (docs/results/quick.md).
 DEFAULT_WARMUP = 100
 WARMUP_FRACTION = 5  # an unset warmup is at most steps // WARMUP_FRACTION
 RECALL_TASKS = ("recall", "kv")  # the recall rows' generators: posenc.lab.recall / posenc.lab.kv_recall

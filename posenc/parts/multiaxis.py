@@ -33,7 +33,7 @@ import math
 import torch
 import torch.nn as nn
 
-from posenc._util import check_finite, check_positive_int
+from posenc._util import batch_choices, check_finite, check_positive_int
 
 __all__ = ["MULTIAXIS", "AxialRope", "MixedRope", "MRope", "MultiAxisRope", "apply_multiaxis_rope", "as_axis_positions",
            "build_multiaxis", "check_multiaxis", "grid_positions", "is_axis_positions"]
@@ -57,16 +57,17 @@ def as_axis_positions(positions, n_axes: int, batch: int, seq: int, device=None)
     p = torch.as_tensor(positions, device=device)
     if p.dtype == torch.bool or p.is_floating_point():
         raise ValueError(f"positions must be integers, got {p.dtype}")
-    p = p.long()
+    p, given = p.long(), tuple(p.shape)
     if is_axis_positions(p, n_axes, batch, seq):
         p = p if p.dim() == 3 else p[None]
     elif p.dim() in (1, 2):
         p = (p if p.dim() == 2 else p[None])[..., None].expand(-1, -1, n_axes)
     else:
-        raise ValueError(f"positions must be [seq], [batch, seq] or [batch, seq, {n_axes}], got {tuple(p.shape)}")
+        raise ValueError(f"positions must be [seq], [batch, seq] or [batch, seq, {n_axes}], got {given}")
     if p.shape[-1] != n_axes or p.shape[1] != seq or p.shape[0] not in (1, batch):
-        raise ValueError(f"positions must be [1 or {batch}, {seq}, {n_axes}] for this multi-axis scheme, "
-                         f"got {tuple(p.shape)}")
+        raise ValueError(f"positions of this multi-axis scheme ({n_axes} axes) must be [seq, {n_axes}] or "
+                         f"[batch, seq, {n_axes}] with batch {batch_choices(batch)} and seq {seq}, "
+                         f"got shape {given}")
     if p.numel() and int(p.min()) < 0:
         raise ValueError(f"positions must be >= 0, got min {int(p.min())}")
     return p
@@ -74,9 +75,12 @@ def as_axis_positions(positions, n_axes: int, batch: int, seq: int, device=None)
 
 def is_axis_positions(positions, n_axes: int, batch: int, seq: int) -> bool:
     """True when ``positions`` are per-axis coordinates: ``[B, N, A]``, or ``[N, A]`` (as
-    :func:`grid_positions` gives them) where that shape is not also ``[B, N]``."""
+    :func:`grid_positions` gives them) where that shape is not also ``[B, N]``. An ``[N, A']`` that cannot be
+    ``[B, N]`` (``A' != N``) counts too, whatever ``A'``: :func:`as_axis_positions` then refuses a wrong number of
+    axes by name instead of the shape being read as a batch of ``N`` rows."""
     shape = tuple(torch.as_tensor(positions).shape)
-    return len(shape) == 3 or (shape == (seq, n_axes) and shape != (batch, seq))
+    return len(shape) == 3 or (len(shape) == 2 and shape[0] == seq and shape != (batch, seq)
+                               and (shape[1] == n_axes or shape[1] != seq))
 
 
 class MultiAxisRope(nn.Module):

@@ -30,7 +30,7 @@ import os
 
 import torch
 
-from posenc._util import as_positions, check_finite, check_positive_int
+from posenc._util import as_positions, batch_choices, check_finite, check_positive_int
 
 __all__ = [
     "LAYOUTS",
@@ -335,7 +335,7 @@ def apply_rope(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str =
     _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)  # [B or 1, N]; [1, N] broadcasts
     if pos.shape[0] not in (1, x.shape[0]):
-        raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
+        raise ValueError(f"positions has batch {pos.shape[0]}, expected {batch_choices(x.shape[0])}")
     cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device), _table_dtype(x))
     return apply_rope_cos_sin(x, cos, sin, layout, rotary_dim)
 
@@ -353,7 +353,7 @@ def apply_rope_(x: torch.Tensor, positions, inv_freq: torch.Tensor, layout: str 
     rot = _resolve_rotary_dim(rotary_dim, x.shape[-1], inv_freq.numel())
     pos = as_positions(positions, seq=x.shape[-2], device=x.device)
     if pos.shape[0] not in (1, x.shape[0]):
-        raise ValueError(f"positions has batch {pos.shape[0]}, expected 1 or {x.shape[0]}")
+        raise ValueError(f"positions has batch {pos.shape[0]}, expected {batch_choices(x.shape[0])}")
     cos, sin = _cached_cos_sin(pos, inv_freq.to(x.device), _table_dtype(x))
     if x.is_contiguous() and _kernel_ok(x, cos, sin):
         return _rotate_kernel(x, cos, sin, layout, rot, x)

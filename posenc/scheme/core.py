@@ -414,7 +414,10 @@ def _embedding(kind):
         if kind in ("learned", "hierarchical"):
             if train_len is None and "max_positions" not in params:
                 raise ValueError(f"preset {kind!r} needs train_len (the size of its learned table)")
-            params.setdefault("max_positions", train_len)
+            size = params.get("max_positions", train_len)
+            params["max_positions"] = check_positive_int(f"{kind}.max_positions", size)
+        if kind == "hierarchical" and "alpha" in params:  # the method's range, now rather than when a model is built
+            params["alpha"] = METHODS[kind].param("alpha").checked(kind, params["alpha"])
         return PositionScheme(name=kind, embedding=Part(kind, params), train_len=train_len)
 
     return make
@@ -440,9 +443,11 @@ def _relative(kind):
 
 def _infini(train_len=None, segment_len=None, rope=True, delta_rule=False, **params):
     """``delta_rule`` goes to the memory (Munkhdalai et al. 2024, eq. 10); other parameters to RoPE."""
-    seg = segment_len or (train_len // 4 if train_len else None)
+    seg = check_positive_int("infini.segment_len", segment_len) if segment_len is not None else (
+        train_len // 4 if train_len else None)  # 0 is refused, not replaced by the default
     if seg is None:
         raise ValueError("preset 'infini' needs train_len or segment_len")
+    _check_bool("infini.rope", rope)
     if not isinstance(delta_rule, bool):
         raise TypeError(f"infini.delta_rule must be a bool, got {delta_rule!r}")
     memory = {"segment_len": seg, **({"delta_rule": True} if delta_rule else {})}

@@ -134,7 +134,7 @@ def _lm_infinite(m: Method, scheme, window=None, n_global=None, ceiling=None):
 
 def _streaming_llm(m: Method, scheme, window=None, n_sinks=None):
     L = _need_train_len(scheme, m.name)
-    sinks = m.param("n_sinks").default if n_sinks is None else n_sinks
+    sinks = m.param("n_sinks").checked(m.name, n_sinks)  # before train_len - n_sinks is computed from it
     w = _positive_or_default(f"{m.name}.window", window, L - sinks)
     s = replace(scheme, mask=replace(scheme.mask, window=w, n_sinks=sinks))
     if scheme.rope is not None or scheme.bias is not None:
@@ -148,7 +148,7 @@ def _hierarchical(m: Method, scheme, alpha=None):
                          f"{scheme.embedding.kind!r} embedding")
     params = dict(scheme.embedding.params)
     if alpha is not None:
-        params["alpha"] = alpha
+        params["alpha"] = m.param("alpha").checked(m.name, alpha)  # now, not when a model builds the table
     return replace(scheme, embedding=Part(m.name, params))
 
 

@@ -40,7 +40,7 @@ class Param:
     from_train_len: Callable[[int], Any] | None = None
     choices: tuple | None = None  # a value among these names (not a number)
     heads: bool = False  # a list of head indices, or one such list per layer
-    original: str = ""  # the original implementation's parameter this one maps to (README conventions table)
+    original: str = ""  # the original implementation's parameter this one maps to (docs/guides/conventions.md)
 
     @property
     def required(self) -> bool:
@@ -64,6 +64,18 @@ class Param:
         if self.minimum is not None and (value <= self.minimum if self.strict else value < self.minimum):
             return False
         return self.maximum is None or (value < self.maximum if self.strict_max else value <= self.maximum)
+
+    def checked(self, method: str, value, train_len: int | None = None):
+        """``value`` when it is inside the documented range (:meth:`contains`; an integer parameter as an int),
+        the default at ``train_len`` for None, else a ``ValueError`` naming ``method.name`` and the range."""
+        if value is None:
+            return self.default_for(train_len)
+        if not self.contains(value):
+            rng = self.range_text().replace(", ", " and ")
+            rng = (f"one of {list(self.choices)}" if self.choices is not None else "true or false"
+                   if rng == "true/false" else f"an {rng}" if self.integer else rng)
+            raise ValueError(f"{method}.{self.name} must be {rng}, got {value!r}")
+        return int(value) if self.integer else value
 
     def range_text(self) -> str:
         """The allowed values alone: ``"integer >= 1"``, ``">= 0, <= 1"``, ``"true/false"``, the choices, or ``""``."""

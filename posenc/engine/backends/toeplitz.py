@@ -1,7 +1,8 @@
 """``toeplitz``: a bias that depends only on the distance (ALiBi, KERPLE, T5, Sandwich) and/or a causal
 sliding window, on the fused CPU flash kernel with the bias as an O(N) strided view
 (:mod:`posenc.engine.toeplitz`): no N x N bias in memory and no compiled kernel, which is why ``auto``
-prefers it to a materialised SDPA mask or compiled flex (measurements: README, ``benchmarks/``)."""
+prefers it to a materialised SDPA mask or compiled flex (measurements: ``docs/results/performance.md``,
+``benchmarks/``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The long-context suite's presets on the real model posenc installs (SmolLM2-135M-Instruct, trained at 8192).
 
-- ``smollm2``: the short version (README quickstart, ~45 minutes on 2 idle cores): the untouched model, YaRN
+- ``smollm2``: the short version (``docs/results/smollm2.md``, ~45 minutes on 2 idle cores): the untouched model, YaRN
   (frequencies), SelfExtend (a position remap) and StreamingLLM (a window) at 8k (the trained length, the
   reference) and 16k, one book and four pass-key contexts per cell;
 - ``smollm2_full``: every training-free method that applies to a RoPE model, the 2024 ones included (STRING,

@@ -22,7 +22,7 @@ from posenc.scheme.methods import is_identity
 
 __all__ = ["README_MARKS", "Table", "readme_block", "render_html", "render_markdown", "write_report"]
 
-# the README holds each committed suite run's tables between these marks (tests/test_suite_readme.py)
+# docs/results/smollm2.md holds each committed suite run's tables between these marks (tests/test_suite_readme.py)
 README_MARKS = ("<!-- suite:{name}:begin -->", "<!-- suite:{name}:end -->")
 
 
@@ -231,8 +231,9 @@ def _sections(results: dict) -> list[tuple[str, Table | str]]:
 
 
 def readme_block(results: dict, name: str) -> str:
-    """The README's copy of a committed run ``name``: its summary, the method x length table and the cost table,
-    rendered from ``results.json`` exactly as ``report.md`` renders them, between :data:`README_MARKS`."""
+    """The results page's (``docs/results/smollm2.md``) copy of a committed run ``name``: its summary, the
+    method x length table and the cost table, rendered from ``results.json`` exactly as ``report.md`` renders
+    them, between :data:`README_MARKS` (the name is historical: the block lived in the README)."""
     begin, end = (m.format(name=name) for m in README_MARKS)
     body = [begin, "", *_summary(results), "", main_table(results).markdown(), "", cost_table(results).markdown(), "",
             end]

@@ -1,0 +1,227 @@
+"""The report answers first: the headline figure and verdicts, seeds pooled, family colours, the eval template."""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from posenc.lab import report as R
+from posenc.lab.families import ABSOLUTE, BIAS, FINETUNED, MASK, NOPE, OTHER, REMAP, ROPE, family, palette
+from posenc.lab.pooling import far_interval, pool_records, pool_retrieval, ratio_interval
+from posenc.lab.records import RetrievalRecord
+from posenc.lab.report_doc import check_items
+from posenc.lab.report_eval import eval_table, write_eval_report
+from posenc.lab.report_headline import baseline_checks, headline, headline_markdown
+from posenc.lab.report_retrieval import ppl_vs_retrieval_table
+from posenc.lab.stats import Interval, ppl_interval, wilson
+from posenc.lab.verdict import EXTENDS, FAILS, FAR_OK, LOCAL, PPL_KEEP, borderline, classify
+from posenc.scheme.methods import METHODS
+
+L = 64
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ret(method, n, d, acc, scheme="rope", task="recall", n_trials=16, seed=None):
+    r = RetrievalRecord(task, scheme, method, L, n, d, acc, n_trials, 1 / 32).to_dict()
+    return r if seed is None else {**r, "seed": seed}
+
+
+def rec(method, n, ppl, scheme="rope", seed=None, status="ok"):
+    r = {"scheme": scheme, "method": method, "train_len": L, "eval_len": n, "ppl": ppl, "loss": math.log(ppl),
+         "accuracy": 0.4, "tokens": 100, "passkey": None, "status": status, "note": ""}
+    return r if seed is None else {**r, "seed": seed}
+
+
+def paper_run(task="recall"):
+    """The committed quick run's shape: plain RoPE copies far needles (0.91) at a 2.6x perplexity ratio; YaRN keeps
+    both; a sliding window keeps perplexity and loses far needles."""
+    records, retrieval = [], []
+    for m, p4, far in (("none", 20.0, 0.9375), ("yarn", 8.84, 1.0), ("sliding_window", 7.17, 0.0)):
+        records += [rec(m, L, 7.69), rec(m, 4 * L, p4)]
+        for n in (L, 4 * L):
+            for d in (8, 32, 96, 192):
+                if d < n:
+                    retrieval.append(ret(m, n, d, far if d > L else 1.0, task=task))
+    return records, retrieval
+
+
+# ------------------------------------------------------------------------------------------ verdicts
+def test_verdict_thresholds():
+    assert (PPL_KEEP, FAR_OK) == (1.5, 0.5)
+    assert classify(PPL_KEEP, FAR_OK) == EXTENDS  # both thresholds are inclusive
+    assert classify(PPL_KEEP + 1e-6, 1.0) == FAILS  # perplexity not kept: fails whatever the retrieval
+    assert classify(1.0, FAR_OK - 1e-6) == LOCAL
+    assert classify(None, 1.0) is None and classify(1.0, None) is None and classify(3.0, None) == FAILS
+    one_seed = Interval(1.0, math.nan, math.nan, 1)
+    assert borderline(one_seed, wilson(16, 16)) == []
+    assert len(borderline(one_seed, wilson(8, 16))) == 1  # [0.28, 0.72] spans 0.5: not a firm verdict
+    assert "spans 1.5" in borderline(Interval(1.4, 1.2, 1.6, 3), wilson(16, 16))[0]
+    md = headline_markdown(*paper_run())
+    assert f"PPL(N)/PPL(L) <= {PPL_KEEP:g}" in md and f">= {FAR_OK:g}" in md
+
+
+def test_rope_at_2_6x_does_not_use_the_long_context():
+    records, retrieval = paper_run()
+    table = ppl_vs_retrieval_table(records, retrieval)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| rope")}
+    assert "2.60" in rows["rope"] and "uses the long context" not in rows["rope"]
+    assert "fails: perplexity x2.60, though far needles are still found" in rows["rope"]
+    assert "uses the long context" in rows["rope+yarn"] and "local only" in rows["rope+sliding_window"]
+    _, n, hl = headline(records, retrieval)
+    verdicts = {r.label: r.verdict for r in hl}
+    assert n == 4 * L and verdicts == {"rope": FAILS, "rope+yarn": EXTENDS, "rope+sliding_window": LOCAL}
+    assert [r.baseline for r in hl] == [True, False, False]
+    # the baseline failing past L is expected, and said so
+    md = headline_markdown(records, retrieval)
+    assert "rope (baseline, expected)" in md
+    (line,) = baseline_checks(records, retrieval)
+    assert check_items([line])[0] == ("expected", line.replace("PASS", "as expected", 1))
+    assert "expected fails" in line and "observed fails" in line
+
+
+# ------------------------------------------------------------------------------------------ pooling
+def test_seeds_are_pooled():
+    records, retrieval = [], []
+    for seed, (a, b, acc) in enumerate(((7.0, 7.7, 1.0), (8.0, 8.4, 0.5), (9.0, 9.9, 0.75))):
+        records += [rec("yarn", L, a, seed=seed), rec("yarn", 4 * L, b, seed=seed)]
+        retrieval += [ret("yarn", 4 * L, 96, acc, seed=seed), ret("yarn", 4 * L, 192, acc, seed=seed),
+                      ret("yarn", 4 * L, 8, 1.0, seed=seed)]
+    pooled = pool_retrieval(retrieval)
+    assert len(pooled) == 3 and all(r["n"] == 48 and r["seeds"] == 3 and "seed" not in r for r in pooled)
+    assert pooled[0]["accuracy"] == pytest.approx((16 + 8 + 12) / 48)
+    far = far_interval([r for r in retrieval if r["distance"] > L])
+    assert far == wilson(72, 96)  # k summed over the far cells and the seeds
+    ppl = pool_records(records)
+    assert len(ppl) == 2 and ppl[0]["seeds"] == 3
+    assert ppl[0]["ppl"] == pytest.approx(math.exp((math.log(7) + math.log(8) + math.log(9)) / 3))
+    assert ppl[0]["ppl_interval"]["lo"] < ppl[0]["ppl"] < ppl[0]["ppl_interval"]["hi"]
+    ratio = ratio_interval(records, "rope", "yarn", L, 4 * L)
+    assert ratio == ppl_interval([math.log(b) - math.log(a) for a, b in ((7, 7.7), (8, 8.4), (9, 9.9))])
+    assert ratio.known and ratio.n == 3
+    _, _, (row,) = headline(records, retrieval)
+    assert row.far == far and row.ratio == ratio and row.seeds == 3
+    assert "t interval across 3 seeds" in headline_markdown(records, retrieval)
+    assert pool_records(records[:2]) == records[:2]  # one run: unchanged
+
+
+def test_headline_task_prefers_kv_recall_and_names_the_copy_control():
+    for task in ("kv_recall", "offset"):
+        RetrievalRecord(task, "rope", "none", L, 4 * L, 96, 0.5, 16, 0.1)  # accepted task names
+    records, recall = paper_run("recall")
+    md = headline_markdown(records, recall)
+    assert "content-copy control" in md and "(recall)" in md
+    _, kv = paper_run("kv_recall")
+    task, _, _ = headline(records, recall + [dict(r, accuracy=0.0) for r in kv])
+    assert task == "kv_recall"
+    assert "content-copy" not in headline_markdown(records, kv).split("\n")[0]
+
+
+# ------------------------------------------------------------------------------------------ families
+def test_families_come_from_the_registry_and_colours_are_distinct():
+    assert family("rope", "yarn") == family("rope", "ntk_mixed+logn") == family("rope", None) == ROPE
+    assert family("rope", "rerope+logn") == family("rope", "selfextend") == REMAP
+    assert family("rope", "streaming_llm") == family("rope", "bca") == MASK
+    assert family("alibi", "none") == family("fire", None) == BIAS
+    assert family("sinusoidal", None) == family("learned", "hierarchical") == ABSOLUTE
+    assert family("nope", None) == NOPE and family("rope_ft_pi", None, ["rope_ft_pi"]) == FINETUNED
+    assert family("no_such_scheme", None) == OTHER and family("rope", "no_such_method") == OTHER
+    assert {name: family("rope", name) for name in METHODS if family("rope", name) == OTHER} == {}
+    results = json.loads((ROOT / "benchmarks/results/bench-standard/results.json").read_text())
+    rows = [(r["scheme"], r["method"]) for r in results["records"]]
+    colours = palette(rows, R.finetune_names(results["meta"]))
+    assert len(colours) == len(set(rows)) == len({c["color"] for c in colours.values()})  # never reused
+    hues: dict[str, set] = {}
+    for c in colours.values():
+        h, _, s = colorsys.rgb_to_hls(*c["color"])
+        hues.setdefault(c["family"], set()).add(round(h, 3) if s > 0 else "grey")
+    assert all(len(h) == 1 for h in hues.values())  # shades within a family, one hue each
+    assert len({next(iter(h)) for h in hues.values()}) == len(hues)  # and a different hue per family
+
+
+# ------------------------------------------------------------------------------------------ documents
+def test_bench_report_answers_first(tmp_path):
+    records, retrieval = paper_run()
+    meta = {"preset": "hand", "machine": {"cpu_count": 2}, "timings": {"total": 1.5}}
+    paths = R.write_report({"meta": meta, "records": records, "retrieval": retrieval}, tmp_path)
+    assert paths["headline_plot"].name == "headline.png" and paths["headline_plot"].stat().st_size > 10_000
+    md, html = paths["markdown"].read_text(), paths["html"].read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert images[0] == "headline.png" and len(images) >= 3
+    assert md.index("## Which methods extend") < md.index("headline.png") < md.index("## Perplexity / accuracy")
+    assert re.search(r"<img alt='([^']*)'", html).group(1).startswith("headline")
+    assert html.index("<img") < html.index("Perplexity / accuracy vs evaluation length")
+    for doc in (md, html):
+        assert "<details><summary>machine and timings (JSON)</summary>" in doc and "</details>" in doc
+        assert doc.index("<details>") > doc.index("Which methods extend")  # machine JSON is not on top
+        assert "&quot;" not in doc.split("<details>")[1] or doc is html
+    assert "class='fail'" not in html and "as expected: " in html and "class='expected'" in html
+    assert "local only" in md.split("## Perplexity")[0] and "rope+sliding_window" in md.split("## Perplexity")[0]
+
+
+def test_eval_template_has_no_empty_columns_and_no_checks(tmp_path):
+    records = [dict(rec(m, n, p, scheme="llama"), train_len=None) for m in ("none", "yarn")
+               for n, p in ((16, 9.0), (32, 10.0))]
+    records += [dict(rec(m, 64, 1.0, scheme="llama"), train_len=None, ppl=None, loss=None, accuracy=None,
+                     status="error", note="") for m in ("none", "yarn")]
+    results = {"meta": {"command": "posenc eval", "source": "llama-tiny", "lengths": [16, 32, 64],
+                        "machine": {"cpu_count": 2}}, "records": records}
+    table, dropped = eval_table(records)
+    assert dropped == [64]
+    head = [c.strip() for c in table.splitlines()[0].strip("|").split("|")]
+    assert head == ["scheme / method", "16", "32"]  # no L, ratio, passkey, notes or 64 column: nothing in them
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    assert [b[0] for b in body] == ["llama", "llama+yarn"]
+    assert all(any(row[i] not in ("", "-") for row in body) for i in range(len(head)))
+    paths = write_eval_report(results, tmp_path)
+    md, html = paths["markdown"].read_text(), paths["html"].read_text().split("<body>")[1]
+    assert md.startswith("# posenc eval: llama-tiny")
+    for absent in ("Checks", "expected", "PASS", "FAIL", "SKIP", "Which methods", "headline"):
+        assert absent not in md and absent not in html
+    assert "No row succeeded at 64 tokens" in md and "<details>" in html and "ppl_plot" in paths
+    assert R.main([str(_dump(tmp_path, results))]) == 2  # the bench renderer refuses an eval's results
+
+
+def _dump(folder: Path, results: dict) -> Path:
+    path = folder / "eval-results.json"
+    path.write_text(json.dumps(results))
+    return path
+
+
+def test_committed_quick_run_re_renders_with_rope_failing(tmp_path):
+    src = ROOT / "benchmarks/results/bench-quick"
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in src.iterdir()}
+    assert R.main([str(src / "results.json"), str(tmp_path)]) == 0
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in src.iterdir()} == before
+    md = (tmp_path / "report.md").read_text()
+    top = md.split("## Perplexity / accuracy")[0]
+    assert "rope (baseline, expected)" in top.split("**fails**")[1].split("\n")[0]
+    assert "rope+sliding_window" in top.split("**local only**")[1].split("\n")[0]
+    assert "rope+yarn" in top.split("**extends**")[1].split("\n")[0]
+    assert (tmp_path / "headline.png").stat().st_size > 10_000
+
+
+def test_a_fine_tune_is_judged_at_its_own_trained_length():
+    """The probe may record the base model's L for a fine-tune trained longer; the headline uses the model's own."""
+    records = [dict(rec("none", n, p, scheme="rope_ft"), train_len=2 * L) for n, p in ((2 * L, 7.0), (4 * L, 9.0))]
+    retrieval = [ret("none", 4 * L, d, 1.0 if d <= 2 * L else 0.0, scheme="rope_ft") for d in (96, 192)]
+    _, _, (row,) = headline(records, retrieval)
+    assert row.train_len == 2 * L and row.far == wilson(0, 16)  # d = 96 is within the fine-tune's 128 positions
+    assert row.ratio.value == pytest.approx(9.0 / 7.0) and row.verdict == LOCAL
+
+
+def test_tables_and_retrieval_cells_pool_seeds():
+    from posenc.lab.report_retrieval import cells
+
+    records = [rec("none", n, p * (1 + s), seed=s) for s in (0, 1) for n, p in ((L, 7.0), (8 * L, 14.0))]
+    (row,) = R.rows(records).values()
+    assert row[L]["ppl"] == pytest.approx(math.sqrt(7.0 * 14.0)) and row[L]["seeds"] == 2
+    assert R.shape_checks(records)[1].startswith("PASS: plain RoPE degrades beyond L: PPL(8L)/PPL(L) = 2.00")
+    retrieval = [ret("none", 4 * L, 96, acc, seed=s) for s, acc in ((0, 1.0), (1, 0.25))]
+    (one,) = cells(retrieval)[("rope", "none")].values()
+    assert one["n"] == 32 and one["accuracy"] == pytest.approx(20 / 32)
