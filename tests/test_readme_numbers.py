@@ -58,14 +58,19 @@ def numbers(block: str) -> list[str]:
 
 def _bench_aggregates(data: dict) -> set[float]:
     """What a bench report derives from ``results.json``, computed the way the report does: mean recall over the
-    needle distances at each length (all, within L, beyond L) and each row's PPL(n)/PPL(L)."""
+    needle distances at each length (all, within L, beyond L), each row's PPL(n)/PPL(L), and the headline table's
+    ratio and far-needle accuracy with their 95% intervals (``posenc.lab.report_headline.headline``)."""
+    from posenc.lab.report_headline import headline
     from posenc.lab.report_retrieval import cells, far_near
 
     out: set[float] = set()
-    for task in ("recall", "passkey"):
+    for task in ("recall", "kv_recall", "offset", "passkey"):
         for row in cells(data["retrieval"], task).values():
             for n in {length for length, _ in row}:
                 out |= {x for x in far_near(row, n) if x is not None}
+    for hrow in headline(data["records"], data["retrieval"])[2]:  # the headline table: ratios, far accuracy, 95%
+        for iv in (hrow.ratio, hrow.far):
+            out |= {x for x in (iv.value, iv.lo, iv.hi) if x is not None} if iv is not None else set()
     ppl: dict[tuple[str, str], dict[int, float]] = {}
     for r in data["records"]:
         if r.get("status", "ok") == "ok" and r.get("ppl") is not None:
@@ -165,17 +170,27 @@ def _row_values(data: dict, scheme: str, method: str) -> tuple[float, ...]:
     def same(s: str) -> bool:
         return s == scheme or s.startswith(scheme + ":")
 
+    from posenc.lab.report_headline import headline
+
     mine = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == method and r.get("ppl")]
     base = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == "none" and r.get("ppl")
             and r["eval_len"] == r["train_len"]]
-    if not mine:
+    probed = [r for r in data["retrieval"] if same(r["scheme"]) and str(r["method"]) == method]
+    if not mine and not probed:
         return ()
     out = {float(r[k]) for r in mine + base for k in ("ppl", "loss", "accuracy")}
-    at_l = min(mine + base, key=lambda r: r["eval_len"])["ppl"]
-    out |= {r["ppl"] / at_l for r in mine}
-    for (s, m), row in cells(data["retrieval"]).items():
-        if same(s) and m == method:
-            out |= {x for n in {length for length, _ in row} for x in far_near(row, n) if x is not None}
+    if mine:
+        at_l = min(mine + base, key=lambda r: r["eval_len"])["ppl"]
+        out |= {r["ppl"] / at_l for r in mine}
+    out |= {float(r[k]) for r in probed for k in ("accuracy", "n", "train_len", "eval_len", "distance")}
+    for task in ("recall", "kv_recall", "offset"):
+        for (s, m), row in cells(data["retrieval"], task).items():
+            if same(s) and m == method:
+                out |= {x for n in {length for length, _ in row} for x in far_near(row, n) if x is not None}
+    for hrow in headline(data["records"], data["retrieval"])[2]:  # the headline table's row: its intervals
+        if same(hrow.scheme) and hrow.method == method:
+            for iv in (hrow.ratio, hrow.far):
+                out |= {x for x in (iv.value, iv.lo, iv.hi, iv.n) if x is not None} if iv is not None else set()
     return tuple(sorted(out))
 
 
@@ -255,10 +270,10 @@ def test_the_checker_flags_a_changed_number():
     assert any(": 1,254 " in line for line in unsourced(page, text.replace("1,154 at 16k", "1,254 at 16k")))
     quick = ROOT / "docs" / "results" / "quick.md"
     text = quick.read_text(encoding="utf-8")
-    assert "| rope | 7.69 / 43.4% |" in text
-    bad = unsourced(quick, text.replace("| rope | 7.69 / 43.4% |", "| rope | 7.69 / 47.1% |"))
-    assert any(": 47.1% " in line for line in bad), bad
-    assert any("row 'rope': 47.1%" in line for line in row_errors(quick, text.replace(
-        "| rope | 7.69 / 43.4% |", "| rope | 7.69 / 47.1% |")))
+    assert "| rope | 6.5 / 45.6% |" in text
+    bad = unsourced(quick, text.replace("| rope | 6.5 / 45.6% |", "| rope | 6.5 / 49.1% |"))
+    assert any(": 49.1% " in line for line in bad), bad
+    assert any("row 'rope': 49.1%" in line for line in row_errors(quick, text.replace(
+        "| rope | 6.5 / 45.6% |", "| rope | 6.5 / 49.1% |")))
     assert numbers("x2.7 / 2.61x, 43.4% and 1,154; 8L 16k 135M `0.99` arXiv 2309.17453") == [
         "2.7", "2.61", "43.4%", "1,154"]
