@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from posenc._util import check_positive_int
-from posenc.lab.recall import IGNORE, RecallProbe
+from posenc.lab.recall import IGNORE, IdRanges, RecallProbe
 
 __all__ = ["KV_TASKS", "KVSpec", "content_copy_accuracy", "distance_range", "kv_batch", "kv_probe"]
 
@@ -49,7 +49,7 @@ LAYOUTS = ("before", "after")  # a definition: "v2 v1 k" (values before the key)
 
 
 @dataclass(frozen=True)
-class KVSpec:
+class KVSpec(IdRanges):
     """Id ranges ``[lo, hi)``: ``keys`` (their twins, the offset queries, are the next ``n_keys`` ids) and
     ``values``; ``pairs`` definitions per window (``2 * pairs <= n_values``, ``pairs <= n_keys``)."""
 
@@ -73,14 +73,6 @@ class KVSpec:
         if self.pairs > self.n_keys or 2 * self.pairs > self.n_values:
             raise ValueError(f"KVSpec.pairs ({self.pairs}) needs <= {self.n_keys} keys and 2 x pairs <= "
                              f"{self.n_values} values")
-
-    @property
-    def n_keys(self) -> int:
-        return self.keys[1] - self.keys[0]
-
-    @property
-    def n_values(self) -> int:
-        return self.values[1] - self.values[0]
 
     @property
     def twins(self) -> tuple[int, int]:

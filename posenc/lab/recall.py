@@ -51,8 +51,23 @@ __all__ = ["IGNORE", "RecallProbe", "RecallSpec", "probe_distances", "recall_bat
 IGNORE = -100  # F.cross_entropy's default ignore_index
 
 
+class IdRanges:
+    """What a probe spec with ``keys`` and ``values`` id ranges (``[lo, hi)``) knows of their sizes."""
+
+    keys: tuple[int, int]
+    values: tuple[int, int]
+
+    @property
+    def n_keys(self) -> int:
+        return self.keys[1] - self.keys[0]
+
+    @property
+    def n_values(self) -> int:
+        return self.values[1] - self.values[0]
+
+
 @dataclass(frozen=True)
-class RecallSpec:
+class RecallSpec(IdRanges):
     """The symbols and density of the recall task. ``keys`` and ``values`` are ``[lo, hi)`` id ranges
     that must not overlap and should be ids the corpus does not use; ``pairs`` key-value pairs per
     sequence (the probe's needle and ``pairs - 1`` distractors)."""
@@ -71,14 +86,6 @@ class RecallSpec:
         check_positive_int("RecallSpec.pairs", self.pairs)
         if self.pairs > self.n_keys:
             raise ValueError(f"RecallSpec.pairs ({self.pairs}) must be <= the number of keys ({self.n_keys})")
-
-    @property
-    def n_keys(self) -> int:
-        return self.keys[1] - self.keys[0]
-
-    @property
-    def n_values(self) -> int:
-        return self.values[1] - self.values[0]
 
     @property
     def chance(self) -> float:
