@@ -31,6 +31,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_device(p)
     add_seed(p, None, help="seed of training and probes (default: the preset's)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: the preset's)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="lab presets: models trained and evaluated at "
+                   "once, each in its own process with --threads threads (default: the preset's); results do not "
+                   "depend on it")
     p.set_defaults(func=run)
     return p
 
@@ -45,7 +48,7 @@ def _run_suite(args: argparse.Namespace) -> int:
         preset = replace(preset, model=args.model)
     if args.threads:
         preset = replace(preset, threads=args.threads)
-    for flag in ("runs_dir", "corpus", "seed"):
+    for flag in ("runs_dir", "corpus", "seed", "jobs"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} is for the lab presets; {args.preset!r} evaluates a "
                              "pretrained model (its contexts have their own seeds)")
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     preset = PRESETS[args.preset]
     if args.seed is not None:
         preset = replace(preset, seed=args.seed)
+    if args.jobs is not None:
+        preset = replace(preset, jobs=args.jobs)
     check_default_corpus(args.corpus or preset.corpus)
     run_bench(preset, args.out, progress=not args.quiet, corpus=args.corpus, device=args.device,
               runs_dir=args.runs_dir, threads=args.threads)

@@ -150,11 +150,14 @@ class BenchPreset:
     val_batches: int = 4
     threads: int | None = 1  # torch intra-op threads; tiny models are op-overhead bound and a shared CPU
     #                          thrashes with more (a busy CPU makes each extra thread wait on the others)
+    jobs: int = 1  # models trained / evaluated at once, each in its own process with `threads` threads
+    #                (posenc.lab.parallel); results do not depend on it
 
     def __post_init__(self):
         if self.recall_task not in ("recall", "kv"):
             raise ValueError(f"recall_task must be 'recall' or 'kv', got {self.recall_task!r}")
         check_positive_int("seeds", self.seeds)
+        check_positive_int("jobs", self.jobs)
         for name in ("passkey_factors", "recall_factors"):
             extra = sorted(set(getattr(self, name) or ()) - set(self.eval_factors))
             if extra:
@@ -204,17 +207,17 @@ class BenchPreset:
 
 
 _PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None,
-                    "recall_distances": None}
+                    "recall_distances": None, "jobs": 1}
 
 PRESETS: dict[str, BenchPreset] = {
     "quick": BenchPreset(
         "quick", "RoPE + 9 training-free methods and NoPE, one seed (the budget; the retrieval preset has 3), "
         "kv_recall / offset probes, the same 64 x 64 target tokens at every length, L=64 to 8L, <= 15 min on 2 CPU "
         "cores",
-        # the retrieval preset's recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes
+        # standard's recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes
         # at L, benchmarks/results/ablation/kv_recall_design.md) cut to RoPE and NoPE at one seed and 64 windows per
-        # perplexity cell to fit 15 minutes (measured 673 s here); ALiBi and the other schemes are in the retrieval
-        # and standard presets
+        # perplexity cell to fit 15 minutes (measured 673 s here); ALiBi and the other schemes are in standard (the
+        # description's "retrieval preset", RoPE / ALiBi / NoPE at 3 seeds, became part of standard after this run)
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
         eval_factors=(1, 2, 4, 8), schemes=("rope", "nope"), learned_methods=(),
         rope_methods=("pi", "ntk", "dynamic_ntk", "yarn", "rerope", "selfextend", "sliding_window", "streaming_llm",
@@ -222,34 +225,22 @@ PRESETS: dict[str, BenchPreset] = {
         recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
         recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=64),
     "standard": BenchPreset(
-        "standard", "every trained-in scheme, RoPE / ALiBi / NoPE at 3 seeds, L=64 to 16L, the same 256 x 64 target "
-        "tokens at every length, + PI / base-500 fine-tunes, ~4 h on 2 CPU cores",
-        # quick's model and recipe (so its rope row is quick's model) for all 19 schemes, out to 16L. Measured:
-        # the earlier L=128 4-layer recipe with the recall rows trains at ~0.39 s/step here (19 x 1000 steps
-        # alone ~2.5 h). The ~4 h is an estimate from the archived run's rates (results/archive/
-        # bench-standard-recall1-ee4d39d: ~140 s per training, ~4.9k evaluated tokens/s, 880 s of recall per RoPE
-        # model): 25 trainings ~1 h, perplexity on 256 windows per cell ~2.2 h (RoPE's 18 methods x 3 seeds most
-        # of it), recall ~0.8 h. The probe is the single needle (a content-copy control): the key-matching probes
-        # (recall_task="kv") are not learned by this recipe (benchmarks/results/ablation/kv_recall_design.md)
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, recall_trials=16, max_windows=256, eval_mode="tail",
-        seeds=3, seed_schemes=("rope", "alibi", "nope"),
+        "standard", "every trained-in scheme; RoPE with 17 training-free methods, ALiBi and NoPE at 3 seeds; "
+        "kv_recall / offset probes; the same 256 x 64 target tokens at every length, L=64 to 8L; PI / base-500 "
+        "fine-tunes; two models at a time, <= 100 min on 2 CPU cores",
+        # quick's model and recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes at
+        # L, benchmarks/results/ablation/kv_recall_design.md), so standard's seed-0 RoPE row is quick's model, for
+        # all 19 schemes, with every RoPE method and 256 windows per perplexity cell. Two models train (and are
+        # evaluated) at once, one thread each (jobs=2, posenc.lab.parallel): measured here, 240 steps of this recipe
+        # take 27.7 s alone on one thread, 17.6 s on two threads, and 37.7 s for two models side by side (about
+        # 19 s each, spawn included)
+        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
+        eval_factors=(1, 2, 4, 8), schemes=ALL_TRAINED,
+        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
+        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=256,
+        seeds=3, seed_schemes=("rope", "alibi", "nope"), jobs=2,
         finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=150),
                    FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=150))),
-    "retrieval": BenchPreset(
-        "retrieval", "kv_recall / offset (key matching, position): RoPE + 9 training-free methods, ALiBi, NoPE at 3 "
-        "seeds, 2400 steps of 8 text + 32 kv rows, L=64 to 8L, ~1.5 h on 2 CPU cores",
-        # the recipe that learns the kv probes at L (benchmarks/results/ablation/kv_recall_design.md, run L1: lr 1e-3,
-        # 32 kv rows of 2 definitions next to 8 text rows, 2400 steps; quick's 1200 steps at lr 3e-3 do not). The
-        # probed distances 8, 32, 60 and 3L = 192 are the design runs' cells. ~1.5 h is an estimate from the design
-        # runs' and the archived standard run's rates (9 trainings ~45 min, perplexity ~30 min, recall ~10 min); not
-        # run yet
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8), schemes=("rope", "alibi", "nope"), learned_methods=(),
-        rope_methods=("pi", "ntk", "dynamic_ntk", "yarn", "rerope", "selfextend", "sliding_window", "streaming_llm",
-                      "lm_infinite"),
-        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
-        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=256, seeds=3),
     "hybrid": BenchPreset(
         "hybrid", "plain RoPE next to three per-layer hybrids (2 layers, every=2), L=64 to 8L, ~15 min on 2 CPU cores",
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
@@ -421,25 +412,50 @@ def _run_dir(runs_dir: Path, scheme: str, seed: int, preset: BenchPreset) -> Pat
     return runs_dir / (name if seed == preset.seed else f"{name}-seed{seed}")
 
 
-def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool, log, timings) -> dict[str, Path]:
+def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool, log, timings,
+               stop: StopSignals | None = None) -> dict[str, Path]:
     """Train (or reuse) every scheme of ``preset`` at each of its seeds (:meth:`BenchPreset.seeds_for`):
-    ``{scheme: run_dir}`` of the preset's own seed; the other seeds' folders are :func:`_seed_runs`."""
+    ``{scheme: run_dir}`` of the preset's own seed; the other seeds' folders are :func:`_seed_runs`. With
+    ``preset.jobs > 1`` the unfinished ones train side by side in worker processes (:mod:`posenc.lab.parallel`)."""
     run_dirs: dict[str, Path] = {}
+    todo: list[tuple[str, str, Path, tuple, dict]] = []  # (label, timing key, run_dir, args, kwargs) of _train
     for scheme in preset.schemes:
         name, params = scheme_spec(scheme)
         for seed in preset.seeds_for(scheme):
             run_dir = _run_dir(runs_dir, scheme, seed, preset)
             label = scheme if seed == preset.seed else f"{scheme} seed {seed}"
-            t = time.perf_counter()
-            train_or_reuse(f"train {label}", f"{preset.steps} steps x {preset.batch_size} x {preset.train_len}",
-                           run_dir, preset.steps, log, _train, preset, name, run_dir, device, progress,
-                           scheme_params=params, seed=seed)
             key = f"train/{scheme}" if seed == preset.seed else f"train/{scheme}/seed{seed}"
-            timings[key] = time.perf_counter() - t
             if seed == preset.seed:
                 run_dirs[scheme] = run_dir
-            log(f"train {label}: done in {timings[key]:.1f}s")
+            todo.append((label, key, run_dir, (preset, name, run_dir, device, progress),
+                         {"scheme_params": params, "seed": seed}))
+    plan = f"{preset.steps} steps x {preset.batch_size} x {preset.train_len}"
+    if preset.jobs > 1 and stop is not None:
+        from posenc.lab.parallel import Job, run_jobs
+
+        jobs = []
+        for label, key, run_dir, args, kwargs in todo:
+            train_or_reuse(f"train {label}", plan, run_dir, preset.steps, log, _queue, jobs,
+                           Job(f"train {label}", _train, (*args[:-1], False), kwargs))
+        t = time.perf_counter()
+        _, seconds = run_jobs(jobs, preset.jobs, stop=stop, threads=preset.threads, log=log)
+        if jobs:
+            timings["train (wall, parallel)"] = time.perf_counter() - t
+        for label, key, *_ in todo:
+            if f"train {label}" in seconds:
+                timings[key] = seconds[f"train {label}"]
+        return run_dirs
+    for label, key, run_dir, args, kwargs in todo:
+        t = time.perf_counter()
+        train_or_reuse(f"train {label}", plan, run_dir, preset.steps, log, _train, *args, **kwargs)
+        timings[key] = time.perf_counter() - t
+        log(f"train {label}: done in {timings[key]:.1f}s")
     return run_dirs
+
+
+def _queue(jobs: list, job) -> None:
+    """:func:`train_or_reuse`'s ``train`` for a parallel bench: queue the training instead of running it."""
+    jobs.append(job)
 
 
 def _seed_runs(preset: BenchPreset, runs_dir: Path) -> list[tuple[str, int, Path]]:
@@ -490,39 +506,85 @@ def _recall_cell(load, preset: BenchPreset, methods, tokens, name: str, log, n: 
     return [r.to_dict() for r in retrieval_records(load(), preset, methods, tokens, name, log, [n], seed)]
 
 
-def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
-                  log, timings, cells, seed_runs=()) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
-    """Every model (trained schemes with their methods, fine-tunes as they are) at every length: the
-    perplexity records and the retrieval records, each (model, length, probe) a cell of ``cells``
-    (:class:`~posenc.lab.bench_cells.BenchCells`): finished cells of an interrupted run are read back, not
-    computed again. Each record's ``extra["seed"]`` is the training seed of its model (``seed_runs``: the
-    extra seeds' ``(scheme, seed, run_dir)``, evaluated like the preset's own under the same name)."""
-    records: list[EvalRecord] = []
-    retrieval: list[RetrievalRecord] = content_copy_records(preset, data.test)
+def _models(preset: BenchPreset, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], seed_runs=()) -> list[tuple]:
+    """Every evaluated model: ``(name, training seed, run_dir, methods)``, the trained schemes with their
+    methods, their extra seeds, then the fine-tunes as they are."""
     models = [(scheme, preset.seed, run_dir, [NONE.name, *preset.methods_for(scheme)])
               for scheme, run_dir in run_dirs.items()]
     models += [(scheme, seed, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, seed, run_dir in seed_runs]
     models += [(name, preset.seed, run_dir, [NONE.name]) for name, run_dir in ft_dirs.items()]
+    return models
+
+
+def _eval_model(preset: BenchPreset, data, cells, name: str, seed: int, run_dir: Path, methods, log,
+                timings) -> tuple[list[dict], dict, list[RetrievalRecord]]:
+    """One model's cells (perplexity at every length, passkey, recall): ``(perplexity rows, passkey cells,
+    retrieval records)``, each cell read back from ``cells`` when an earlier run (or a worker) finished it."""
+    t = time.perf_counter()
+    label = name if seed == preset.seed else f"{name}/seed{seed}"
+    log(f"eval {label}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
+    model = cells.model(name, run_dir, methods)  # loaded on first use
+    recs = []
+    for n in preset.eval_lengths:
+        recs += cells.get("ppl", n, _ppl_cell, model, data.test, preset, methods, log, n)
+    timings[f"eval/{label}"] = time.perf_counter() - t
+    t = time.perf_counter()
+    pk_rows = cells.get("passkey", None, _passkey_cell, model, preset, methods, data.tokenizer) \
+        if preset.passkey_lengths else []
+    pk = {(m, n): c for m, n, c in pk_rows}
+    retrieval = passkey_records(name, preset.train_len, pk, seed)
+    for n in preset.recall_lengths:
+        rows = cells.get("recall", n, _recall_cell, model, preset, methods, data.test, name, log, n, seed)
+        retrieval += [RetrievalRecord.from_dict(r) for r in rows]
+    timings[f"retrieval/{label}"] = time.perf_counter() - t
+    log(f"eval {label}: done in {timings[f'eval/{label}']:.1f}s (+ retrieval {timings[f'retrieval/{label}']:.1f}s)")
+    return recs, pk, retrieval
+
+
+def _eval_cells_job(preset: BenchPreset, folder: Path, device: str, model: tuple) -> dict:
+    """A worker's job in a parallel bench: compute the unfinished cells of one ``model`` (a :func:`_models`
+    entry) into the cell folder (each cell file is committed atomically, so workers share the folder safely);
+    returns ``{"computed": cells, "timings": {...}}``. The main process then reads every cell back."""
+    from posenc.lab.data import prepare
+
+    data = prepare(preset.corpus, preset.tokenizer)
+    timings: dict[str, float] = {}
+    with StopSignals() as stop:
+        cells = BenchCells(folder, preset, data, device, stop, tidy=False)
+        _eval_model(preset, data, cells, *model, lambda msg: None, timings)
+    return {"computed": cells.computed, "timings": timings}
+
+
+def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
+                  log, timings, cells, seed_runs=(), stop: StopSignals | None = None
+                  ) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
+    """Every model (:func:`_models`) at every length: the perplexity records and the retrieval records, each
+    (model, length, probe) a cell of ``cells`` (:class:`~posenc.lab.bench_cells.BenchCells`): finished cells of
+    an interrupted run are read back, not computed again. With ``preset.jobs > 1`` the models' cells are
+    computed side by side in worker processes first (:func:`_eval_cells_job`), then read back here in order.
+    Each record's ``extra["seed"]`` is the training seed of its model."""
+    records: list[EvalRecord] = []
+    retrieval: list[RetrievalRecord] = content_copy_records(preset, data.test)
+    models = _models(preset, run_dirs, ft_dirs, seed_runs)
+    worker_timings: dict[str, float] = {}
+    if preset.jobs > 1 and stop is not None and len(models) > 1:
+        from posenc.lab.parallel import Job, run_jobs
+
+        t = time.perf_counter()
+        jobs = [Job(f"eval {m[0] if m[1] == preset.seed else f'{m[0]}/seed{m[1]}'}", _eval_cells_job,
+                    (preset, cells.store.folder, device, m)) for m in models]
+        results, _ = run_jobs(jobs, preset.jobs, stop=stop, threads=preset.threads, log=log)
+        timings["eval (wall, parallel)"] = time.perf_counter() - t
+        for r in results:
+            worker_timings.update(r["timings"])
+            cells.reused -= r["computed"]  # read back below, but computed by this run
+            cells.computed += r["computed"]
+    read_log = log if not worker_timings else (lambda msg: None)  # the workers' lines said it already
     for name, seed, run_dir, methods in models:
-        t = time.perf_counter()
-        label = name if seed == preset.seed else f"{name}/seed{seed}"
-        log(f"eval {label}: {len(methods)} method(s) x {len(preset.eval_lengths)} lengths")
-        model = cells.model(name, run_dir, methods)  # loaded on first use
-        recs = []
-        for n in preset.eval_lengths:
-            recs += cells.get("ppl", n, _ppl_cell, model, data.test, preset, methods, log, n)
-        timings[f"eval/{label}"] = time.perf_counter() - t
-        t = time.perf_counter()
-        pk_rows = cells.get("passkey", None, _passkey_cell, model, preset, methods, data.tokenizer) \
-            if preset.passkey_lengths else []
-        pk = {(m, n): c for m, n, c in pk_rows}
-        retrieval += passkey_records(name, preset.train_len, pk, seed)
-        for n in preset.recall_lengths:
-            rows = cells.get("recall", n, _recall_cell, model, preset, methods, data.test, name, log, n, seed)
-            retrieval += [RetrievalRecord.from_dict(r) for r in rows]
-        timings[f"retrieval/{label}"] = time.perf_counter() - t
+        recs, pk, rows = _eval_model(preset, data, cells, name, seed, run_dir, methods, read_log, timings)
+        retrieval += rows
         records += [_bench_record(EvalRecord.from_dict(r), name, name in ft_dirs, pk, seed) for r in recs]
-        log(f"eval {label}: done in {timings[f'eval/{label}']:.1f}s (+ retrieval {timings[f'retrieval/{label}']:.1f}s)")
+    timings.update(worker_timings)  # where the work was done, not the read-back
     return records, retrieval
 
 
@@ -545,11 +607,11 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
         f"{'cached' if data.from_cache else 'built'})")
     stop.check("nothing was trained yet")
 
-    run_dirs = _train_all(preset, runs_dir, device, progress, log, timings)
+    run_dirs = _train_all(preset, runs_dir, device, progress, log, timings, stop)
     ft_dirs = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings)
     cells = BenchCells(out_dir / "cells", preset, data, device, stop)
     records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings, cells,
-                                       _seed_runs(preset, runs_dir))
+                                       _seed_runs(preset, runs_dir), stop)
     if cells.reused:
         log(f"reused {cells.reused} finished evaluation cell(s) of an earlier run from {cells.store.folder}")
     tokens = data.test

@@ -62,7 +62,7 @@ class BenchCells:
     """The evaluation cells of one bench run, in ``folder`` (see the module docstring). :meth:`model`
     selects the model the following :meth:`get` calls are about."""
 
-    def __init__(self, folder: Path, preset, data, device: str, stop):
+    def __init__(self, folder: Path, preset, data, device: str, stop, *, tidy: bool = True):
         import numpy as np
 
         from posenc._version import __version__
@@ -70,8 +70,9 @@ class BenchCells:
         from posenc.lab.cells import CellStore
 
         self.store, self.stop = CellStore(folder), stop
-        remove_stale_temps(folder)  # of cells a killed run was writing (the bench holds the folder's lock)
-        config = {k: v for k, v in preset.to_dict().items() if k not in ("name", "description", "threads")}
+        if tidy:  # of cells a killed run was writing (the bench holds the folder's lock; its workers do not tidy)
+            remove_stale_temps(folder)
+        config = {k: v for k, v in preset.to_dict().items() if k not in ("name", "description", "threads", "jobs")}
         tokens = hashlib.sha256(np.ascontiguousarray(data.test).tobytes()).hexdigest()
         self.base = json.loads(json.dumps({"preset": config, "test_tokens": tokens, "device": device,
                                            "posenc": __version__}, default=str))
