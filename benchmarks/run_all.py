@@ -12,11 +12,11 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks.common import RESULTS, machine_info, write_json
+from benchmarks.common import RESULTS, write_json
 from posenc.lab.atomic import atomic_write_text
 
 MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation",
-           "bench_real_model")
+           "bench_real_model", "bench_jobs")
 
 
 def _fmt(v) -> str:
@@ -38,16 +38,26 @@ def _flatten(d: dict, prefix: str = "") -> list:
     return rows
 
 
-def render_markdown(results: dict, quick: bool) -> str:
-    m = machine_info()
+def render_markdown(out: Path, quick: bool | None = None) -> str:
+    """``perf.md`` from every benchmark JSON in ``out`` (the modules of :data:`MODULES` that have one), each
+    section with the machine, load and mode its JSON records: a module re-run alone (``--only``, or ``python -m
+    benchmarks.NAME``) updates its section and keeps the others, and no section claims another run's machine."""
     lines = ["# posenc performance", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores (torch threads {m['torch_threads']}), torch {m['torch']}, "
-             f"Python {m['python']}, load average at the end {' '.join(m['loadavg'])}. "
-             f"Mode: {'quick (smoke sizes)' if quick else 'full'}.", "",
              "Timings are medians of interleaved repeats (min/max in the JSON); ratios compare peers of the "
-             "same run. The machine is shared, so absolute times are noisy; ratios are the result.", ""]
-    for name, res in results.items():
-        lines += [f"## {name}", ""]
+             "same run. The machine is shared, so absolute times are noisy; ratios are the result. Each section "
+             "names the machine and load of its own run (its JSON's `machine`).", ""]
+    for name in MODULES:
+        path = Path(out) / f"{name}.json"
+        if not path.exists():
+            continue
+        res = json.loads(path.read_text())
+        m = res.get("machine", {})
+        mode = res.get("perf_mode") or ("quick (smoke sizes)" if quick else "full" if quick is not None else "")
+        lines += [f"## {name}", "",
+                  f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores (torch threads "
+                  f"{m.get('torch_threads', '?')}), torch {m.get('torch', '?')}, load average "
+                  f"{' '.join(m.get('loadavg', [])) or '?'}" + (f"; wall {res['wall_s']:.0f} s" if "wall_s" in res
+                                                               else "") + (f". Mode: {mode}." if mode else "."), ""]
         if "error" in res:
             lines += [f"failed: `{res['error']}`", ""]
             continue
@@ -72,10 +82,11 @@ def run_all(quick: bool = False, out=None, only=None) -> dict:
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             res = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         res["wall_s"] = time.perf_counter() - t0
+        res["perf_mode"] = "quick (smoke sizes)" if quick else "full"
         write_json(name, res, out)
         results[name] = res
         print(f"[perf] {name} done in {res['wall_s']:.0f}s", flush=True)
-    atomic_write_text(out / "perf.md", render_markdown(results, quick))
+    atomic_write_text(out / "perf.md", render_markdown(out))
     print(f"[perf] wrote {out / 'perf.md'}")
     return results
 

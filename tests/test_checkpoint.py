@@ -108,6 +108,8 @@ from posenc.lab.train import TrainConfig, train
 import json
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 at = int(sys.argv[2])
+import torch
+torch.set_num_threads(int(sys.argv[3]))  # the parent's: bit-for-bit equality needs the same reduction order
 real, n = os.replace, [0]
 def replace_(src, dst):
     n[0] += 1
@@ -126,12 +128,16 @@ train(cfg, progress=False)
 
 @pytest.mark.parametrize("at", [3, 6])
 def test_a_real_sigkill_inside_a_commit_leaves_a_loadable_checkpoint(runs, at):
-    """The same as above with the process really killed (SIGKILL) before rename ``at``; its lock goes with it."""
+    """The same as above with the process really killed (SIGKILL) before rename ``at``; its lock goes with it.
+    The child trains with the parent's torch thread count: at ``at`` = 6 the child commits step 6 and the
+    comparison is with the parent's uninterrupted run, which is bit for bit only under the same reduction order
+    (with one thread in the child and two here, larger batches differed in the last bits)."""
     cfg, make = runs
     run = make(f"sigkill{at}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", KILL_CHILD, json.dumps(run.to_dict()), str(at)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    threads = torch.get_num_threads()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", KILL_CHILD, json.dumps(run.to_dict()), str(at), str(threads)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert C.read_train_state(run.out_dir)["step"] == (3 if at <= 4 else 6)
     assert train(run, progress=False)["steps"] == 6  # the lock died with the process

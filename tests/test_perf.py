@@ -127,7 +127,7 @@ def _check_json(path, name):
 
 
 @pytest.mark.parametrize("name", ["bench_rope", "bench_training", "bench_attention", "bench_compile",
-                                  "bench_generation"])
+                                  "bench_generation", "bench_jobs"])
 def test_benchmark_quick_smoke(name, tmp_path):
     import importlib
 
@@ -142,6 +142,10 @@ def test_benchmark_quick_smoke(name, tmp_path):
         assert data["summary"]["rerope_bojone_vs_posenc_maxdiff"] < 1e-4  # the two ReRoPEs agree
         assert all("extra_mb" in m for m in data["memory"]), data["memory"]
         assert set(data["summary"]["goals"]) >= {"alibi<=1.5x_sdpa", "rerope<=2x_sdpa"}
+    if name == "bench_jobs":  # the three peers, each against one job on one thread
+        assert set(data["rows"]) == {"1 job x 1 thread", f"1 job x {os.cpu_count()} threads",
+                                     f"{os.cpu_count()} jobs x 1 thread"}
+        assert data["rows"]["1 job x 1 thread"]["speedup"] == 1.0
     if name == "bench_generation":  # the cache stays the same size however long the stream
         assert data["summary"]["streaming_cache_kib"][0] == data["summary"]["streaming_cache_kib"][1]
 
@@ -152,4 +156,5 @@ def test_perf_cli_writes_markdown(tmp_path):
     assert main(["perf", "--quick", "--only", "bench_rope", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "perf.md").read_text()
     assert "| metric | value |" in md and "torch" in md
+    assert md.count("Machine: ") == 1  # each section names its own JSON's machine; only bench_rope's exists here
     _check_json(tmp_path / "bench_rope.json", "bench_rope")

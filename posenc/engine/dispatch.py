@@ -68,6 +68,7 @@ from posenc.engine.backends import BACKENDS, BY_NAME, Backend
 from posenc.engine.backends import sdpa as sdpa_backend
 from posenc.engine.backends.toeplitz import TOEPLITZ_MIN_QUERIES
 from posenc.engine.call import AttentionCall, memo_positions
+from posenc.engine.exact import exact_call
 from posenc.engine.parts import AttentionParts
 from posenc.engine.scores import query_scale
 
@@ -239,6 +240,8 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates, sink_logits)
     for hook in CALL_HOOKS:  # posenc.engine.calibrate.record_calls: what a calibration run attends to
         hook(call, k.shape[1], scale)
+    if impl == "auto":
+        call = exact_call(call)  # a window or remap that binds on no pair of the call: plain attention
     backend, declined = choose_backend(call, impl)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("attention impl=%s ran %s; declined: %s", impl, backend.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 import torch
@@ -116,6 +117,22 @@ class AttentionParts(nn.Module):
     @property
     def single_branch(self) -> bool:
         return len(self.branches) == 1
+
+    def plain_view(self) -> AttentionParts:
+        """These parts with a plain causal mask and no remap, sharing every table, bias and cache (a shallow
+        copy, made once): what a call runs where neither the window nor the remap binds
+        (:mod:`posenc.engine.exact`). Its scheme says so too (compiled kernels are keyed by the scheme)."""
+        view = self.__dict__.get("_plain_view")
+        if view is None:
+            from dataclasses import replace
+
+            view = copy.copy(self)
+            view.__dict__["scheme"] = replace(self.scheme, mask=MaskSpec(causal=True), remap=None)
+            view.__dict__["mask"] = view.scheme.mask
+            view.__dict__["remap"] = view.scheme.build_remap()
+            view.__dict__["branches"] = view.remap.branches()
+            self.__dict__["_plain_view"] = view  # not a submodule: no second copy of the tables in state_dict
+        return view
 
 
 @lru_cache(maxsize=64)

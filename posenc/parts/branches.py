@@ -71,6 +71,13 @@ class Remap:
         """An extra mask this remap imposes (None: none). Conjoined with the scheme's mask."""
         return None
 
+    def exact_within(self) -> tuple[float, float] | None:
+        """``(D, P)``: on causal pairs with distance ``qp - kp < D`` and query position ``qp < P`` this remap is
+        plain RoPE (the same rotation, no restriction, logit scale 1), so a call whose pairs all stay there may
+        run without it (:mod:`posenc.engine.exact`). None (the default, for every remap that does not state
+        it): never assumed."""
+        return None
+
     def to_dict(self) -> dict:
         return {"kind": self.name, **asdict(self)} if hasattr(self, "__dataclass_fields__") else {
             "kind": self.name}

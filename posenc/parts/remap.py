@@ -43,6 +43,7 @@ original positions makes the full forward equal to token-by-token decoding after
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,9 @@ __all__ = ["REMAPS", "TEMPERATURES", "Branch", "Remap", "build_remap", "build_te
 @dataclass(frozen=True)
 class NoRemap(Remap):
     name = "none"
+
+    def exact_within(self) -> tuple[float, float]:
+        return math.inf, math.inf
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,9 @@ class ReRoPE(Remap):
     def relative(self, qp, kp):
         d = (qp - kp).double()
         return torch.where(d < self.window, d, torch.full_like(d, self.window))
+
+    def exact_within(self) -> tuple[float, float]:
+        return self.window, math.inf  # the near branch: d itself
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,9 @@ class LeakyReRoPE(Remap):
     def relative(self, qp, kp):
         d = (qp - kp).double()
         return torch.where(d < self.window, d, self.window + (d - self.window) / self.factor)
+
+    def exact_within(self) -> tuple[float, float]:
+        return self.window, math.inf
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,9 @@ class SelfExtend(Remap):
                    + w - w // g).double()
         return torch.where(d < w, d, grouped)
 
+    def exact_within(self) -> tuple[float, float]:
+        return self.window, math.inf  # the neighbour branch
+
 
 @dataclass(frozen=True)
 class DistanceCeiling(Remap):
@@ -159,6 +172,9 @@ class DistanceCeiling(Remap):
 
     def relative(self, qp, kp):
         return ReRoPE(self.ceiling).relative(qp, kp)
+
+    def exact_within(self) -> tuple[float, float]:
+        return self.ceiling, math.inf
 
 
 @dataclass(frozen=True)
@@ -185,6 +201,9 @@ class StreamingReindex(Remap):
     def relative(self, qp, kp):
         cap = self.n_sinks + self.window - 1
         return torch.where(kp >= self.n_sinks, (qp - kp).double(), (qp.clamp(max=cap) - kp).double())
+
+    def exact_within(self) -> tuple[float, float]:
+        return math.inf, self.n_sinks + self.window  # a sink is seen from min(qp, n_sinks + window - 1)
 
 
 @dataclass(frozen=True)
