@@ -434,7 +434,7 @@ def _train_all(preset: BenchPreset, runs_dir: Path, device: str, progress: bool,
         from posenc.lab.parallel import Job, run_jobs
 
         jobs = []
-        for label, key, run_dir, args, kwargs in todo:
+        for label, _key, run_dir, args, kwargs in todo:
             train_or_reuse(f"train {label}", plan, run_dir, preset.steps, log, _queue, jobs,
                            Job(f"train {label}", _train, (*args[:-1], False), kwargs))
         t = time.perf_counter()

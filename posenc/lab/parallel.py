@@ -22,9 +22,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Callable
 
 from posenc.lab.interrupt import Interrupted, StopSignals
 
