@@ -184,6 +184,26 @@ def test_dynamic_ntk_consistent_past_trained_length_unlike_transformers():
     assert max(theirs[L - 6:]) > max(1e-4, 100 * max(ours))
 
 
+def test_dynamic_schedules_get_a_default_step_through_extend_and_the_exact_form_on_request():
+    """extend's default step for dynamic schedules is train_len // 16 (one engine call per step of queries, not
+    per query); step=1 (the exact per-token form) is kept when asked for; both are recorded."""
+    from posenc.hf.patch import default_dynamic_step
+
+    assert (default_dynamic_step(8192), default_dynamic_step(16), default_dynamic_step(8)) == (512, 1, 1)
+    for method, params in (("dynamic_ntk", {"factor": 2.0}), ("dynamic_yarn", {})):
+        big = make_model("llama", max_position_embeddings=64)
+        hf.extend(big, method, **params)
+        assert big._posenc_extended["params"]["step"] == 4
+        assert all(st["scheme"].rope.dynamic_step == 4 for st in _states(big))
+        exact = hf.extend(make_model("llama", max_position_embeddings=64), method, step=1, **params)
+        assert exact._posenc_extended["params"]["step"] == 1
+        assert all(st["scheme"].rope.dynamic_step == 1 for st in _states(exact))
+
+
+def _states(model):
+    return [m._posenc for m in model.modules() if getattr(m, "_posenc", None) is not None]
+
+
 # ===================================================================== config / CLI round trip
 def test_errors_and_scheme_from_config():
     cfg = make_config("gpt_neox")
