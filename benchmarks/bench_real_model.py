@@ -231,10 +231,12 @@ def summarize(samples: dict, base: list) -> dict:
 
 def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: bool, log,
                  synthetic: bool = False) -> dict:
-    """Interleaved repeats at ``n`` tokens: per repeat the baseline, then every row (in an order rotated by
-    the repeat, so no row always runs last)."""
+    """Interleaved repeats at ``n`` tokens after one unrecorded warm-up run: per repeat the baseline, then every
+    row (in an order rotated by the repeat, so no row always runs last)."""
     base_runs: list = []
     samples: dict = {row[0]: [] for row in rows}
+    run_one(model, None, n, min(decode, 2), synthetic=synthetic)  # unrecorded: one-time allocations paid here,
+    #                                                               not in the first recorded peak (the baseline's)
     for rep in range(repeats):
         base_runs.append(run_one(model, None, n, decode, synthetic=synthetic))
         log(f"  {n} rep {rep} untouched: {base_runs[-1]['prefill_s'] or 0:.2f}s, "
