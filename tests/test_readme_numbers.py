@@ -178,7 +178,13 @@ def _row_values(data: dict, scheme: str, method: str) -> tuple[float, ...]:
     probed = [r for r in data["retrieval"] if same(r["scheme"]) and str(r["method"]) == method]
     if not mine and not probed:
         return ()
-    out = {float(r[k]) for r in mine + base for k in ("ppl", "loss", "accuracy")}
+    out = {float(r[k]) for r in mine + base for k in ("ppl", "loss", "accuracy", "train_len")}
+    from posenc.lab.pooling import pool_records
+    from posenc.lab.report import ppl_bounds
+
+    pooled = pool_records(list({id(r): r for r in mine + base}.values()))  # seeds pooled, each record once
+    out |= {x for r in [*mine, *base, *pooled] for x in (*ppl_bounds(r), r["ppl"], r.get("accuracy"))
+            if x is not None}
     if mine:
         at_l = min(mine + base, key=lambda r: r["eval_len"])["ppl"]
         out |= {r["ppl"] / at_l for r in mine}

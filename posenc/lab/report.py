@@ -146,7 +146,20 @@ def _fmt_cell(r: dict | None) -> str:
         return r.get("status") or "n/a"
     acc = r.get("accuracy")
     acc_s = f"{100 * acc:.1f}%" if isinstance(acc, (int, float)) and math.isfinite(acc) else "-"
-    return f"{_fmt_ppl(r['ppl'])} / {acc_s}"
+    lo, hi = ppl_bounds(r)
+    iv = f" [{_fmt_ppl(lo)}, {_fmt_ppl(hi)}]" if lo is not None and hi is not None else ""
+    return f"{_fmt_ppl(r['ppl'])}{iv} / {acc_s}"
+
+
+def ppl_bounds(r: dict) -> tuple[float | None, float | None]:
+    """The 95% interval of a cell's perplexity: across seeds for a pooled cell (``ppl_interval``, Student's t over
+    the seeds' losses), else over the windows of its one run (``ppl_lo``/``ppl_hi``); ``(None, None)`` when
+    neither is known."""
+    iv = r.get("ppl_interval")
+    if isinstance(iv, dict) and iv.get("lo") is not None and iv.get("hi") is not None:
+        return float(iv["lo"]), float(iv["hi"])
+    lo, hi = r.get("ppl_lo"), r.get("ppl_hi")
+    return (float(lo), float(hi)) if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else (None, None)
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -167,7 +180,8 @@ def markdown_tables(records: Sequence[dict]) -> str:
     for (scheme, method), cells in table.items():
         out.append(f"| {row_label(scheme, method)} | " + " | ".join(_fmt_cell(cells.get(n)) for n in lengths)
                    + " |")
-    out += ["", "Cells: perplexity / next-token top-1 accuracy.", ""]
+    out += ["", "Cells: perplexity [95% interval: across seeds where a row has several, else over the scored "
+            "windows] / next-token top-1 accuracy.", ""]
     has_pk = any(_row_passkey(cells) for cells in table.values())
     out += [f"| scheme / method | PPL({TARGET_FACTOR}L)/PPL(L) |" + (" passkey exact match (digit accuracy) |"
                                                                      if has_pk else "") + " notes |",
