@@ -150,6 +150,7 @@ class BenchPreset:
     val_batches: int = 4
     threads: int | None = 1  # torch intra-op threads; tiny models are op-overhead bound and a shared CPU
     #                          thrashes with more (a busy CPU makes each extra thread wait on the others)
+    seed_finetunes: bool = False  # fine-tune rows at the seeds of the scheme they start from (finetune_seeds)
     jobs: int = 1  # models trained / evaluated at once, each in its own process with `threads` threads
     #                (posenc.lab.parallel); results do not depend on it
 
@@ -207,7 +208,7 @@ class BenchPreset:
 
 
 _PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None,
-                    "recall_distances": None, "jobs": 1}
+                    "recall_distances": None, "jobs": 1, "seed_finetunes": False}
 
 PRESETS: dict[str, BenchPreset] = {
     "quick": BenchPreset(
@@ -248,17 +249,24 @@ PRESETS: dict[str, BenchPreset] = {
         schemes=("rope", "irope:every=2", "local_global:every=2", "nope_every4:every=2")),
     "training_time": BenchPreset(
         "training_time", "train-time extension (PoSE, randomized ids, S^2-attn, YaRN schedule) vs training at 4L and "
-        "training-free methods, L=64 to 8L",
-        # quick's RoPE model and recipe; every row covers 4L = 256 positions. PoSE (arXiv:2309.10400) with PI as in
-        # the paper, two chunks; randomized ids (arXiv:2305.16843) to 8L; S^2 (arXiv:2309.12307) at 4L, 4 groups,
-        # with PI as LongLoRA; the plain PI fine-tune at 4L is S^2's full-attention reference
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
-        max_windows=24, recall_factors=(1, 2, 4, 8), schemes=("rope",),
+        "training-free methods, every RoPE row at 3 seeds, kv_recall / offset probes, L=64 to 8L, two models at a "
+        "time, ~70 min on 2 CPU cores",
+        # quick's RoPE model and recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: it learns the kv probes at L,
+        # benchmarks/results/ablation/kv_recall_design.md), each row at the 3 seeds of the RoPE model it starts
+        # from; every row covers 4L = 256 positions. PoSE (arXiv:2309.10400) with PI as in the paper, two chunks;
+        # randomized ids (arXiv:2305.16843) to 8L; S^2 (arXiv:2309.12307) at 4L, 4 groups, with PI as LongLoRA; the
+        # plain PI fine-tune at 4L is S^2's full-attention reference. ~70 min: the rates of the standard run (two
+        # 2400-step models side by side in ~280 s, a 4L model 4x the tokens), not measured for this preset yet
+        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
+        eval_factors=(1, 2, 4, 8), schemes=("rope",), learned_methods=(),
         rope_methods=("pi", "ntk", "yarn", "selfextend", "rerope"),
-        finetunes=(FineTune("rope_full_4L", "rope", steps=1200, len_factor=4, base=None),
-                   FineTune("rope_pose_4L", "rope", steps=1200, len_factor=1, base=None,
+        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
+        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=64,
+        seeds=3, seed_schemes=("rope",), seed_finetunes=True, jobs=2,
+        finetunes=(FineTune("rope_full_4L", "rope", steps=2400, len_factor=4, base=None),
+                   FineTune("rope_pose_4L", "rope", steps=2400, len_factor=1, base=None,
                             options={"positions": "pose", "position_range": 256}),
-                   FineTune("rope_randomized_8L", "rope", steps=1200, len_factor=1, base=None,
+                   FineTune("rope_randomized_8L", "rope", steps=2400, len_factor=1, base=None,
                             options={"positions": "randomized", "position_range": 512}),
                    FineTune("rope_ft_pose_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=1,
                             options={"positions": "pose", "position_range": 256}),
@@ -464,34 +472,88 @@ def _seed_runs(preset: BenchPreset, runs_dir: Path) -> list[tuple[str, int, Path
             for seed in preset.seeds_for(scheme) if seed != preset.seed]
 
 
-def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path], device: str, progress: bool,
-                  log, timings) -> dict[str, Path]:
-    """Fine-tune (or reuse) every row of ``preset.finetunes`` whose base was trained: ``{name: run_dir}``."""
-    ft_dirs: dict[str, Path] = {}
-    for ft in preset.finetunes:
-        bases = {**run_dirs, **ft_dirs}  # a row may continue an earlier row (a schedule)
-        if ft.base is not None and ft.base not in bases:
-            log(f"fine-tune {ft.name}: skipped, base {ft.base!r} not trained in this preset")
-            continue
-        run_dir = runs_dir / ft.name
-        t = time.perf_counter()
-        ft_len = ft.len_factor * preset.train_len
-        init = None if ft.base is None else str(bases[ft.base])
-        scheme, params = ft.method, ft.params
-        if init is not None and ft.scheme_from not in (None, ft.base):  # a schedule's next stage: a new scale
-            from posenc.lab.checkpoint import load_model
+def _root(preset: BenchPreset, ft: FineTune) -> str:
+    """The trained scheme a fine-tune row starts from, through earlier rows (a schedule); a from-scratch row's
+    own trained preset (its ``method``)."""
+    rows = {r.name: r for r in preset.finetunes}
+    while ft.base in rows:
+        ft = rows[ft.base]
+    return ft.method if ft.base is None else ft.base
 
-            scheme, params = load_model(bases[ft.scheme_from]).scheme.extend(ft.method, **ft.params).to_dict(), {}
-        schedule = None if init is None else ft.schedule(preset.lr)  # a fine-tune warms up again, lower peak
-        train_or_reuse(f"fine-tune {ft.name}",
-                       f"{ft.method} {ft.params} {ft.options} from {init or 'scratch'}, {ft.steps} steps at {ft_len}"
-                       + (f", lr {schedule['lr']:g} after {schedule['warmup']} warmup steps" if schedule else ""),
-                       run_dir, ft.steps, log, _train, preset, scheme, run_dir, device, progress,
-                       steps=ft.steps, train_len=ft_len, init=init, scheme_params=params, options=ft.options,
-                       schedule=schedule)
-        timings[f"finetune/{ft.name}"] = time.perf_counter() - t
-        ft_dirs[ft.name] = run_dir
-    return ft_dirs
+
+def finetune_seeds(preset: BenchPreset, ft: FineTune) -> list[int]:
+    """The seeds a fine-tune row runs at: with ``preset.seed_finetunes`` those of the scheme it starts from
+    (:meth:`BenchPreset.seeds_for`), each continued from that seed's checkpoint and trained on that seed's data
+    order; else the preset's seed only."""
+    return preset.seeds_for(_root(preset, ft)) if preset.seed_finetunes else [preset.seed]
+
+
+def _depth(preset: BenchPreset, ft: FineTune) -> int:
+    """0 for a row based on a trained scheme (or from scratch), 1 + its base's for a row based on another row."""
+    rows = {r.name: r for r in preset.finetunes}
+    return 0 if ft.base not in rows else 1 + _depth(preset, rows[ft.base])
+
+
+def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path], device: str, progress: bool,
+                  log, timings, stop: StopSignals | None = None) -> tuple[dict[str, Path], list]:
+    """Fine-tune (or reuse) every row of ``preset.finetunes`` whose base was trained, at each of its seeds
+    (:func:`finetune_seeds`): ``({name: run_dir} of the preset's seed, [(name, seed, run_dir)] of the others)``.
+    Rows run in waves by :func:`_depth` (a schedule's second stage after its first); with ``preset.jobs > 1`` the
+    rows of a wave train side by side (:mod:`posenc.lab.parallel`)."""
+    trained = {(scheme, seed): _run_dir(runs_dir, scheme, seed, preset)
+               for scheme in preset.schemes for seed in preset.seeds_for(scheme)}
+    dirs: dict[tuple[str, int], Path] = {}
+    for depth in sorted({_depth(preset, ft) for ft in preset.finetunes}):
+        todo = []
+        for ft in preset.finetunes:
+            if _depth(preset, ft) != depth:
+                continue
+            if ft.base is not None and ft.base not in run_dirs and not any(k[0] == ft.base for k in dirs):
+                log(f"fine-tune {ft.name}: skipped, base {ft.base!r} not trained in this preset")
+                continue
+            for seed in finetune_seeds(preset, ft):
+                todo.append(_finetune_job(preset, runs_dir, ft, seed, {**trained, **dirs}, device, progress))
+                dirs[(ft.name, seed)] = todo[-1][2]
+        if preset.jobs > 1 and stop is not None and len(todo) > 1:
+            from posenc.lab.parallel import Job, run_jobs
+
+            jobs: list = []
+            for label, key, run_dir, steps, plan, kwargs in todo:
+                train_or_reuse(label, plan, run_dir, steps, log, _queue, jobs, Job(label, _train, (
+                    preset, kwargs.pop("scheme"), run_dir, device, False), kwargs))
+            _, seconds = run_jobs(jobs, preset.jobs, stop=stop, threads=preset.threads, log=log)
+            timings.update({key: seconds[label] for label, key, *_ in todo if label in seconds})
+            continue
+        for label, key, run_dir, steps, plan, kwargs in todo:
+            t = time.perf_counter()
+            train_or_reuse(label, plan, run_dir, steps, log, _train, preset, kwargs.pop("scheme"), run_dir, device,
+                           progress, **kwargs)
+            timings[key] = time.perf_counter() - t
+    ft_dirs = {name: d for (name, seed), d in dirs.items() if seed == preset.seed}
+    extra = [(name, seed, d) for (name, seed), d in dirs.items() if seed != preset.seed]
+    return ft_dirs, extra
+
+
+def _finetune_job(preset: BenchPreset, runs_dir: Path, ft: FineTune, seed: int, bases: dict, device: str,
+                  progress: bool) -> tuple[str, str, Path, int, str, dict]:
+    """``(label, timing key, run_dir, steps, plan, _train keywords with "scheme")`` of row ``ft`` at ``seed``;
+    ``bases``: ``{(scheme or row, seed): run_dir}`` of what is trained (or queued in an earlier wave)."""
+    own = seed == preset.seed
+    run_dir = runs_dir / (ft.name if own else f"{ft.name}-seed{seed}")
+    ft_len = ft.len_factor * preset.train_len
+    init = None if ft.base is None else str(bases[(ft.base, seed)])
+    scheme, params = ft.method, ft.params
+    if init is not None and ft.scheme_from not in (None, ft.base):  # a schedule's next stage: a new scale
+        from posenc.lab.checkpoint import load_model
+
+        scheme, params = load_model(bases[(ft.scheme_from, seed)]).scheme.extend(ft.method, **ft.params).to_dict(), {}
+    schedule = None if init is None else ft.schedule(preset.lr)  # a fine-tune warms up again, lower peak
+    label = f"fine-tune {ft.name}" + ("" if own else f" seed {seed}")
+    plan = (f"{ft.method} {ft.params} {ft.options} from {init or 'scratch'}, {ft.steps} steps at {ft_len}"
+            + (f", lr {schedule['lr']:g} after {schedule['warmup']} warmup steps" if schedule else ""))
+    kwargs = {"scheme": scheme, "steps": ft.steps, "train_len": ft_len, "init": init, "scheme_params": params,
+              "options": ft.options, "schedule": schedule, **({} if own else {"seed": seed})}
+    return label, f"finetune/{ft.name}" + ("" if own else f"/seed{seed}"), run_dir, ft.steps, plan, kwargs
 
 
 def _ppl_cell(load, tokens, preset: BenchPreset, methods, log, n: int) -> list[dict]:
@@ -506,13 +568,15 @@ def _recall_cell(load, preset: BenchPreset, methods, tokens, name: str, log, n: 
     return [r.to_dict() for r in retrieval_records(load(), preset, methods, tokens, name, log, [n], seed)]
 
 
-def _models(preset: BenchPreset, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], seed_runs=()) -> list[tuple]:
+def _models(preset: BenchPreset, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], seed_runs=(),
+            ft_seeds=()) -> list[tuple]:
     """Every evaluated model: ``(name, training seed, run_dir, methods)``, the trained schemes with their
-    methods, their extra seeds, then the fine-tunes as they are."""
+    methods, their extra seeds, then the fine-tunes as they are, then their extra seeds."""
     models = [(scheme, preset.seed, run_dir, [NONE.name, *preset.methods_for(scheme)])
               for scheme, run_dir in run_dirs.items()]
     models += [(scheme, seed, run_dir, [NONE.name, *preset.methods_for(scheme)]) for scheme, seed, run_dir in seed_runs]
     models += [(name, preset.seed, run_dir, [NONE.name]) for name, run_dir in ft_dirs.items()]
+    models += [(name, seed, run_dir, [NONE.name]) for name, seed, run_dir in ft_seeds]
     return models
 
 
@@ -556,7 +620,7 @@ def _eval_cells_job(preset: BenchPreset, folder: Path, device: str, model: tuple
 
 
 def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs: dict[str, Path], device: str,
-                  log, timings, cells, seed_runs=(), stop: StopSignals | None = None
+                  log, timings, cells, seed_runs=(), stop: StopSignals | None = None, ft_seeds=()
                   ) -> tuple[list[EvalRecord], list[RetrievalRecord]]:
     """Every model (:func:`_models`) at every length: the perplexity records and the retrieval records, each
     (model, length, probe) a cell of ``cells`` (:class:`~posenc.lab.bench_cells.BenchCells`): finished cells of
@@ -565,7 +629,7 @@ def _evaluate_all(preset: BenchPreset, data, run_dirs: dict[str, Path], ft_dirs:
     Each record's ``extra["seed"]`` is the training seed of its model."""
     records: list[EvalRecord] = []
     retrieval: list[RetrievalRecord] = content_copy_records(preset, data.test)
-    models = _models(preset, run_dirs, ft_dirs, seed_runs)
+    models = _models(preset, run_dirs, ft_dirs, seed_runs, ft_seeds)
     worker_timings: dict[str, float] = {}
     if preset.jobs > 1 and stop is not None and len(models) > 1:
         from posenc.lab.parallel import Job, run_jobs
@@ -608,10 +672,10 @@ def _run(preset: BenchPreset, out_dir: Path, progress: bool, device: str, runs_d
     stop.check("nothing was trained yet")
 
     run_dirs = _train_all(preset, runs_dir, device, progress, log, timings, stop)
-    ft_dirs = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings)
+    ft_dirs, ft_seeds = _finetune_all(preset, runs_dir, run_dirs, device, progress, log, timings, stop)
     cells = BenchCells(out_dir / "cells", preset, data, device, stop)
     records, retrieval = _evaluate_all(preset, data, run_dirs, ft_dirs, device, log, timings, cells,
-                                       _seed_runs(preset, runs_dir), stop)
+                                       _seed_runs(preset, runs_dir), stop, ft_seeds)
     if cells.reused:
         log(f"reused {cells.reused} finished evaluation cell(s) of an earlier run from {cells.store.folder}")
     tokens = data.test
