@@ -262,7 +262,7 @@ def test_seeded_fine_tunes_continue_their_own_seeds_checkpoint(corpus, tmp_path)
     assert sorted((name, seed) for name, seed, _ in extra) == [
         ("rope_ft_pi", 1), ("rope_ft_yarn2", 1), ("rope_ft_yarn4", 1), ("rope_scratch", 1)]
     runs = tmp_path / "jobs1"
-    for name, seed, run_dir in extra:
+    for name, _seed, run_dir in extra:
         train = json.loads((run_dir / "config.json").read_text())["extra"]["train"]
         want = {"rope_ft_pi": runs / "rope-seed1", "rope_ft_yarn2": runs / "rope-seed1",
                 "rope_ft_yarn4": runs / "rope_ft_yarn2-seed1", "rope_scratch": None}[name]

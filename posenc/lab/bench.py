@@ -518,7 +518,7 @@ def _finetune_all(preset: BenchPreset, runs_dir: Path, run_dirs: dict[str, Path]
             from posenc.lab.parallel import Job, run_jobs
 
             jobs: list = []
-            for label, key, run_dir, steps, plan, kwargs in todo:
+            for label, _key, run_dir, steps, plan, kwargs in todo:
                 train_or_reuse(label, plan, run_dir, steps, log, _queue, jobs, Job(label, _train, (
                     preset, kwargs.pop("scheme"), run_dir, device, False), kwargs))
             _, seconds = run_jobs(jobs, preset.jobs, stop=stop, threads=preset.threads, log=log)
