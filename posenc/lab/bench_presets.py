@@ -201,9 +201,8 @@ PRESETS: dict[str, BenchPreset] = {
         # quick's model and recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes at
         # L, benchmarks/results/ablation/kv_recall_design.md), so standard's seed-0 RoPE row is quick's model, for
         # all 19 schemes, with every RoPE method and 256 windows per perplexity cell. Two models train (and are
-        # evaluated) at once, one thread each (jobs=2, posenc.lab.parallel): measured here, 240 steps of this recipe
-        # take 27.7 s alone on one thread, 17.6 s on two threads, and 37.7 s for two models side by side (about
-        # 19 s each, spawn included)
+        # evaluated) at once, one thread each (jobs=2, posenc.lab.parallel): 240 steps of this recipe take 31.8 s
+        # on one thread, 17.5 s on two, 17.2 s per model for two side by side (benchmarks/results/bench_jobs.json)
         dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
         eval_factors=(1, 2, 4, 8), schemes=ALL_TRAINED,
         recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
