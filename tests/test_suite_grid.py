@@ -102,6 +102,40 @@ def test_a_second_writer_is_refused(tiny, tmp_path):
             run_suite(_preset(tiny), tmp_path / "out", progress=False, log=lambda m: None)
 
 
+def test_a_preset_sharing_another_runs_cells_reads_them_and_counts_only_its_own(tiny, tmp_path, monkeypatch):
+    """``cells_dir``: a smaller preset (one of the big run's rows plus a row of its own) reads the cells the big
+    run finished, computes only its new row's, writes them into the shared folder, and its results count only its
+    own cells; the folder holding the shared cells is locked while it runs."""
+    from posenc.hf.suite import cells
+
+    big = tmp_path / "big"
+    run_suite(_preset(tiny), big, progress=False, log=lambda m: None)
+    before = len(CellStore(big / "cells"))
+    real = cells.run_context
+    counted = []
+    monkeypatch.setattr(cells, "run_context", lambda *a, **kw: counted.append(1) or real(*a, **kw))
+    small = _preset(tiny, name="small", methods=("none", "selfextend", "yarn"))
+    res = run_suite(small, tmp_path / "small", cells_dir=big / "cells", progress=False, log=lambda m: None)
+    assert len(counted) == 4  # yarn at 2 lengths x 2 contexts; none and selfextend were read
+    assert len(CellStore(big / "cells")) == before + 4 and not (tmp_path / "small" / "cells").exists()
+    assert res["meta"]["cells"] == 12  # its own 3 rows x 2 lengths x 2 contexts, not the 16 in the folder
+    assert [r["method"] for r in res["records"]] == ["none", "none", "selfextend", "selfextend", "yarn", "yarn"]
+    alone = run_suite(small, tmp_path / "alone", progress=False, log=lambda m: None)
+    keep = ("method", "eval_len", "ppl", "retrieval", "params")
+    assert [{k: r[k] for k in keep} for r in res["records"]] == [{k: r[k] for k in keep} for r in alone["records"]]
+    with FolderLock(big):
+        with pytest.raises(FolderInUseError, match="suite run folder"):
+            run_suite(small, tmp_path / "other", cells_dir=big / "cells", progress=False, log=lambda m: None)
+
+
+def test_cells_flag_is_for_the_real_model_presets(tmp_path, capsys):
+    from posenc.cli import main
+
+    assert main(["bench", "--preset", "quick", "--out", str(tmp_path / "o"), "--cells", str(tmp_path / "c")]) == 2
+    assert "--cells is for the real-model presets" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp_path):
     """With prune_from, a method runs at a length only if its retrieval at the previous length reached the
     threshold; the reason is recorded."""

@@ -34,6 +34,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="lab presets: models trained and evaluated at "
                    "once, each in its own process with --threads threads (default: the preset's); results do not "
                    "depend on it")
+    p.add_argument("--cells", default=None, metavar="DIR", help="real-model presets: keep the cells in DIR instead of "
+                   "OUT/cells, e.g. another run's cells folder, whose finished cells are then read, not recomputed "
+                   "(a cell's key does not name the preset)")
     p.set_defaults(func=run)
     return p
 
@@ -55,7 +58,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     if args.device != "cpu":
         raise ValueError(f"--device {args.device}: the real-model presets run on cpu")
     try:
-        results = run_suite(preset, args.out, progress=not args.quiet)
+        results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet)
     except KeyboardInterrupt:
         print(f"posenc: interrupted; finished cells are kept in {args.out}/cells: run the same command to continue")
         return 130
@@ -70,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.preset in _suite_presets():
         return _run_suite(args)
-    if args.model:
-        raise ValueError("--model is for the real-model presets (" + ", ".join(sorted(_suite_presets())) + ")")
+    for flag in ("model", "cells"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag} is for the real-model presets (" + ", ".join(sorted(_suite_presets())) + ")")
     from posenc.lab.corpora import check_default_corpus
 
     preset = PRESETS[args.preset]

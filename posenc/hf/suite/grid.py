@@ -86,16 +86,27 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def run_suite(preset: SuitePreset, out_dir, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
+              log: Callable[[str], None] = print) -> dict:
     """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
-    ``results.json`` and the report (:mod:`posenc.hf.suite.results`). Returns the results dict."""
+    ``results.json`` and the report (:mod:`posenc.hf.suite.results`). Returns the results dict.
+
+    ``cells_dir``: keep the cells there instead, e.g. another run's ``cells`` folder. A cell's key names everything
+    its result depends on (model, method, parameters, length, context, seed, suite version), not the preset, so a
+    preset that shares cells with a larger one reads the cells that one finished and adds its own there; the folder
+    holding ``cells_dir`` is locked as well, so the two runs cannot write it at once."""
+    from contextlib import ExitStack
+
     from posenc.hf.suite.cells import run_cells
     from posenc.hf.suite.results import write_results
     from posenc.lab.cells import CellStore
     from posenc.lab.lock import FolderLock
 
     out = Path(out_dir)
-    with FolderLock(out, what="suite run"):
+    cells = out / "cells" if cells_dir is None else Path(cells_dir)
+    with ExitStack() as stack:
+        for folder in dict.fromkeys((out.resolve(), cells.resolve().parent)):
+            stack.enter_context(FolderLock(folder, what="suite run"))
         import torch
 
         old = torch.get_num_threads()
@@ -105,7 +116,7 @@ def run_suite(preset: SuitePreset, out_dir, *, progress: bool = True, log: Calla
             from posenc.hf.suite.calibration import resolve
 
             m = load_facts(preset.model)
-            store = CellStore(out / "cells")
+            store = CellStore(cells)
             t0 = time.perf_counter()
             preset = resolve(preset, m, store, log)
             skipped = run_cells(preset, m, store, progress=progress, log=log, pruned=_pruned)

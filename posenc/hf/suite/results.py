@@ -166,7 +166,8 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
 
     name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
     body = aggregate(preset, m, store, skipped=skipped, name=name)
-    cells = [v for k, v in store.items() if "method" in k]  # (the store also keeps calibrations)
+    cells = [v for method in preset.methods for n in sorted(preset.lengths)
+             for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
     total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
