@@ -256,9 +256,12 @@ def test_eval_flags_no_method_takes_are_refused_not_ignored(run_dir, extra, matc
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     argv = ["eval", run_dir, "--corpus", text, "--lengths", "32", *extra]
-    if "0.5" in extra:  # a value out of range: the method's row is refused with the reason (the run itself is fine)
-        assert cli.main([str(a) for a in argv]) == 0
-        rows = [ln.split() for ln in capsys.readouterr().out.splitlines()]
+    if "0.5" in extra:  # a value out of range: the method's row is refused with the reason, and the exit is 1
+        assert cli.main([str(a) for a in argv]) == 1
+        out, err = capsys.readouterr()
+        last = err.splitlines()[-1]
+        assert last.startswith("posenc: 1 row(s) of the methods asked for were not evaluated") and match in last
+        rows = [ln.split() for ln in out.splitlines()]
         assert [r[:2] for r in rows if r[:2] in (["rope", "none"], ["rope", "yarn"])] == [["rope", "none"],
                                                                                          ["rope", "yarn"]]
         yarn = " ".join(next(r for r in rows if r[:2] == ["rope", "yarn"]))

@@ -177,7 +177,23 @@ def run(args: argparse.Namespace) -> int:
         records = _evaluate_hf(args, ["none"] + [m for m in methods if not is_identity(m)], params)
     print(format_table(records))
     _write(args, records, lines_file)
-    return 0
+    return _refused_rows(records)
+
+
+def _refused_rows(records: list[dict]) -> int:
+    """1 (after the table and the files are written) when a row of a method the user named was not evaluated,
+    with the reasons on stderr: a refused method is not a silent success; 0 otherwise."""
+    import sys
+
+    from posenc.scheme.methods import is_identity
+
+    missed = [r for r in records if r["status"] != "ok" and not is_identity(r["method"])]
+    if not missed:
+        return 0
+    why = "; ".join(f"{r['method']} at {r['eval_len']}: {r['note']}" for r in missed[:3])
+    print(f"posenc: {len(missed)} row(s) of the methods asked for were not evaluated (not_applicable in the table): "
+          f"{why}{' ...' if len(missed) > 3 else ''}", file=sys.stderr)
+    return 1
 
 
 def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | None) -> None:
