@@ -214,3 +214,46 @@ def test_cli_tune_runs_and_prints_the_winner(tiny, tmp_path):
     assert res["meta"]["budget_forwards"] == 3 and len(res["rows"]) == 3
     assert {r["method"] for r in res["rows"]} == {"none", "yarn"}
     assert main(["tune", str(tiny), "--length", str(N), "--out", str(tmp_path / "b"), "--budget", "0"]) == 2
+
+
+def _lab_run(path, scheme="rope", seed=0):
+    """A tiny byte-level run folder, written the way `posenc train` writes one."""
+    from posenc.lab import checkpoint as ckpt
+    from posenc.models.tinylm import LMConfig, TinyLM
+    from posenc.scheme import PositionScheme
+
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, scheme=PositionScheme.preset(scheme, train_len=L),
+                   train_len=L)
+    model = TinyLM(cfg)
+    ckpt.save_checkpoint(path, model, cfg, {"step": 1, "finished": True},
+                         extra={"tokenizer": {"name": "byte", "bos": True}, "corpus": "stdlib"})
+    return model
+
+
+def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, monkeypatch):
+    """A run folder of `posenc train` is a model to tune: exported once into the cache as a Llama folder with the
+    run's byte tokenizer (same logits as the lab model), re-exported only when its weights change; a scheme Llama
+    cannot hold is refused by name."""
+    from posenc.hf.source import source_folder
+
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    model = _lab_run(tmp_path / "run")
+    folder = source_folder(tmp_path / "run")
+    assert folder.name.startswith("run-run-") and source_folder(tmp_path / "run") == folder
+    llama = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([[256, 10, 20, 30, 40]])
+    with torch.no_grad():
+        torch.testing.assert_close(llama(input_ids=ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    assert tok.encode("ab", add_special_tokens=False) == [97, 98]
+    res = tune(tmp_path / "run", 2 * L, tmp_path / "t", budget=2, methods=("yarn",), longrope=False,
+               contexts=(("passkey", 0),), target=32, progress=False, log=lambda m: None)
+    assert [r["method"] for r in sorted(res["rows"], key=lambda r: r["method"])] == ["none", "yarn"]
+    assert res["meta"]["model_id"].startswith("run-run-") and res["meta"]["train_len"] == L
+    _lab_run(tmp_path / "run", seed=1)  # trained further: other weights, another export
+    again = source_folder(tmp_path / "run")
+    assert again != folder and again.name.startswith("run-run-") and folder.is_dir()
+    _lab_run(tmp_path / "alibi", scheme="alibi")
+    with pytest.raises(ValueError, match="alibi|ALiBi|bias"):
+        source_folder(tmp_path / "alibi")

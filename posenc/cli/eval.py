@@ -66,19 +66,10 @@ def add_parser(sub) -> None:
 
 
 def is_run_folder(path) -> bool:
-    """True when ``path`` holds a posenc checkpoint (its config has a ``scheme``, a Hugging Face one a
-    ``model_type``); a checkpoint whose config does not parse counts, so that its loader names the damage."""
-    from posenc.lab.checkpoint import CONFIG_FILE, PENDING, has_checkpoint
+    """:func:`posenc.lab.checkpoint.is_run_folder` (kept here for the callers of this module)."""
+    from posenc.lab.checkpoint import is_run_folder as check
 
-    folder = Path(path)
-    if not has_checkpoint(folder):
-        return False
-    config = folder / CONFIG_FILE if (folder / CONFIG_FILE).is_file() else folder / PENDING / CONFIG_FILE
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return True
-    return not (isinstance(data, dict) and "model_type" in data and "scheme" not in data)
+    return check(path)
 
 
 def _check_model(model: str) -> None:

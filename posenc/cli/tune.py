@@ -1,7 +1,8 @@
-"""``posenc tune MODEL --length N --out DIR``: search the length extension of a Hugging Face model (a folder, a
-``.gguf`` file or ``smollm2``) on the long-context suite's objective within a budget of forward passes, print the
-ranked table and the recommendation, and save the winner (:func:`posenc.tune.tune`). Re-running the same command
-resumes: finished cells in ``DIR/cells`` are read back, not recomputed."""
+"""``posenc tune MODEL --length N --out DIR``: search the length extension of a model (a Hugging Face folder, a
+``.gguf`` file, a run folder of ``posenc train`` or ``smollm2``) on the long-context suite's objective within a
+budget of forward passes, print the ranked table and the recommendation, and save the winner
+(:func:`posenc.tune.tune`). Re-running the same command resumes: finished cells in ``DIR/cells`` are read back,
+not recomputed."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def add_parser(sub) -> None:
     p = subparser(sub, "tune", "search the extension (method, parameters, LongRoPE factors) of a model for a target "
                   "length and save the winner (resumable)")
     p.add_argument("model", metavar="MODEL",
-                   help="the model: a Hugging Face folder, a .gguf file, or a bundled model (smollm2)")
+                   help="the model: a Hugging Face folder, a .gguf file, a run folder of posenc train, or a bundled "
+                        "model (smollm2)")
     p.add_argument("--length", type=int, required=True, metavar="N",
                    help="the target context length in tokens (required, no default)")
     add_out(p, "output folder (cells, results.json, report.md, the saved model)", required=True)

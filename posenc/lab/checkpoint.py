@@ -228,6 +228,20 @@ def has_checkpoint(run_dir) -> bool:
     return (run_dir / CONFIG_FILE).is_file() or (run_dir / PENDING / CONFIG_FILE).is_file()
 
 
+def is_run_folder(path) -> bool:
+    """True when ``path`` holds a posenc checkpoint (its config has a ``scheme``, a Hugging Face one a
+    ``model_type``); a checkpoint whose config does not parse counts, so that its loader names the damage."""
+    folder = Path(path)
+    if not folder.is_dir() or not has_checkpoint(folder):
+        return False
+    config = folder / CONFIG_FILE if (folder / CONFIG_FILE).is_file() else folder / PENDING / CONFIG_FILE
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    return not (isinstance(data, dict) and "model_type" in data and "scheme" not in data)
+
+
 def _parse_config(path: Path) -> dict:
     """``path`` parsed and checked: a JSON object with a model config and, when present, a well-formed
     ``checkpoint`` section and ``extra`` object; ``ValueError`` naming the file otherwise."""
