@@ -88,6 +88,31 @@ def test_method_candidates_vary_the_per_length_defaults():
     assert se[0] == {"group": 4, "window": L // 2} or se[0]["window"] == L // 2
     assert {(p["group"], p["window"]) for p in se} >= {(se[0]["group"], L // 2), (2 * se[0]["group"], L // 4)}
     assert len(cands) == len({json.dumps(c, sort_keys=True) for c in cands})
+    # every method's defaults first, then the variations in turn: a budget ending in the grid tried every method
+    assert [m for m, _ in cands[:2]] == ["yarn", "selfextend"] and cands[2][0] == "yarn" and cands[3][0] == "selfextend"
+    five = method_candidates(("pi", "ntk", "yarn", "selfextend", "dca"), L, N, D, 10000.0)
+    assert [m for m, _ in five[:5]] == ["pi", "ntk", "yarn", "selfextend", "dca"]
+
+
+def test_contexts_take_a_haystack_and_need_a_book_one():
+    from posenc.cli.tune import _context
+    from posenc.tune.objective import DEFAULT_CONTEXTS, context_triples
+
+    assert context_triples([("passkey", 0), ("noise", "passkey", 1)]) == (("book", "passkey", 0),
+                                                                          ("noise", "passkey", 1))
+    assert DEFAULT_CONTEXTS == (("book", "passkey", 0), ("noise", "passkey", 0))
+    with pytest.raises(ValueError, match="need a book context"):
+        context_triples([("noise", "passkey", 0)])
+    with pytest.raises(ValueError, match="haystack one of"):
+        context_triples([("web", "passkey", 0)])
+    assert _context("noise:passkey:1") == ("noise", "passkey", 1)
+    assert _context("niah:2") == ("book", "niah", 2) and _context("passkey") == ("book", "passkey", 0)
+    assert _context("book:niah") == ("book", "niah", 0)
+    import argparse
+
+    for bad in ("noise:passkey:x", "a:b:c:d", ":1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="HAYSTACK"):
+            _context(bad)
 
 
 # ------------------------------------------------------------------------------------------------ tiny model
@@ -119,6 +144,8 @@ def test_tune_ranks_saves_and_resumes(tiny, tmp_path):
     for r in rows:
         if r["method"] == "longrope":
             assert is_monotone(r["params"]["long_factor"], 2 * N / L)
+    for r in rows:  # one book context: the loss interval is over its target's 64-token blocks
+        assert r["loss_over"] == "blocks" and r["loss_lo"] is None  # 32 target tokens: one block, no interval
     on_disk = json.loads((tmp_path / "results.json").read_text())
     assert on_disk["rows"] == json.loads(json.dumps(rows))
     assert "Recommendation" in (tmp_path / "report.md").read_text()
@@ -257,3 +284,21 @@ def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, mon
     _lab_run(tmp_path / "alibi", scheme="alibi")
     with pytest.raises(ValueError, match="alibi|ALiBi|bias"):
         source_folder(tmp_path / "alibi")
+
+
+def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):
+    """The default contexts: a book pass key (its target passage is the loss, with a t interval over its 64-token
+    blocks) and a noise pass key (retrieval only); two book contexts: the interval is over the contexts."""
+    from posenc.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells", target=128)
+    row = obj.evaluate("yarn", {"factor": 2.0})
+    book, noise = (obj.store.get(obj.key("yarn", {"factor": 2.0}, *c)) for c in obj.contexts)
+    assert noise["loss"] is None and noise["block_losses"] is None and len(noise["answers"]) == 1
+    assert len(book["block_losses"]) == 2 and row["loss"] == pytest.approx(book["loss"])
+    assert row["loss_over"] == "blocks" and row["loss_lo"] < row["loss"] < row["loss_hi"]
+    assert row["queries"] == 2 and row["contexts"] == 2 and obj.forwards == 2
+    two = TuneObjective(str(tiny), N, tmp_path / "cells", contexts=(("passkey", 0), ("passkey", 1)), target=128)
+    r2 = two.evaluate("yarn", {"factor": 2.0})
+    assert two.forwards == 1  # the book pass key 0 cell is shared with the first objective
+    assert r2["loss_over"] == "contexts" and r2["loss_lo"] is not None

@@ -11,12 +11,19 @@ import argparse
 from posenc.cli._common import add_out, add_seed, subparser
 
 
-def _context(s: str) -> tuple[str, int]:
-    gens, _, seed = s.partition(":")
+def _context(s: str) -> tuple[str, str, int]:
+    from posenc.tune.objective import HAYSTACKS
+
+    parts = s.split(":")
+    hay = parts.pop(0) if len(parts) > 1 and parts[0] in HAYSTACKS else "book"
+    if len(parts) > 2 or not parts[0]:
+        raise argparse.ArgumentTypeError(f"--context expects [HAYSTACK:]GENERATORS[:SEED] (e.g. noise:passkey:0), "
+                                         f"got {s!r}")
     try:
-        return gens, int(seed or 0)
+        return hay, parts[0], int(parts[1]) if len(parts) > 1 else 0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--context expects GENERATORS[:SEED] (e.g. passkey:0), got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"--context expects [HAYSTACK:]GENERATORS[:SEED] (e.g. noise:passkey:0), "
+                                         f"got {s!r}") from None
 
 
 def add_parser(sub) -> None:
@@ -36,9 +43,10 @@ def add_parser(sub) -> None:
                    help=f"a method to search, repeatable (default: {' '.join(DEFAULT_METHODS)})")
     p.add_argument("--no-longrope", dest="longrope", action="store_false",
                    help="skip LongRoPE's per-dimension factor search (default: searched)")
-    p.add_argument("--context", action="append", type=_context, default=None, metavar="GENERATORS[:SEED]",
-                   help="a tune context (book haystack with these needles, e.g. passkey:0 or niah:1), repeatable "
-                        "(default: passkey:0 niah:1)")
+    p.add_argument("--context", action="append", type=_context, default=None, metavar="[HAYSTACK:]GENERATORS[:SEED]",
+                   help="a tune context, repeatable: a book haystack (the default; its target passage is the loss) "
+                        "or noise haystack with these needles, e.g. passkey:0, noise:passkey:1, niah:1 (default: "
+                        "book:passkey:0 noise:passkey:0)")
     p.add_argument("--target", type=int, default=256, metavar="N", help="scored target-passage tokens per context")
     p.add_argument("--weight", type=float, default=1.0, metavar="X", help="score = loss + X x (1 - retrieval)")
     add_seed(p, 0, help="seed of the evolutionary search")
@@ -51,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from posenc.tune.search import DEFAULT_METHODS, tune
 
     res = tune(args.model, args.length, args.out, budget=args.budget, methods=tuple(args.search or DEFAULT_METHODS),
-               longrope=args.longrope, seed=args.seed, contexts=tuple(args.context or (("passkey", 0), ("niah", 1))),
+               longrope=args.longrope, seed=args.seed, contexts=tuple(args.context) if args.context else None,
                target=args.target, weight=args.weight, progress=not args.quiet)
     if args.quiet:
         w = res["winner"]

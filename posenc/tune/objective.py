@@ -1,17 +1,23 @@
 """The objective ``posenc tune`` minimises: the long-context suite's two measures on held-out contexts.
 
 For each candidate (a method and its parameters) the model is extended (:func:`posenc.hf.patch.extend`) and every
-tune context, built by the suite (:func:`posenc.hf.suite.context.build_context`: a Gutenberg test-split ``book``
-haystack with needles and a scored target passage, fixed seeds), is prefilled once
-(:func:`posenc.hf.suite.run.run_context`), which gives
+tune context, built by the suite (:func:`posenc.hf.suite.context.build_context`, fixed seeds), is prefilled once
+(:func:`posenc.hf.suite.run.run_context`). A context is ``(haystack, generators, seed)``: a ``book`` haystack
+(Gutenberg test-split prose) ends with a ``target``-token scored passage, a ``noise`` haystack (Landmark's
+repeated filler, the pass-key setting small models solve) has none. Together they give
 
-- ``loss``: the mean next-token loss (nats) of the target passages, the same tokens for every candidate;
-- ``retrieval``: the fraction of needle queries answered exactly.
+- ``loss``: the mean next-token loss (nats) of the target passages of the book contexts, the same tokens for every
+  candidate, with a 95% t interval over those contexts (over the 64-token blocks of the one passage where there
+  is one book context);
+- ``retrieval``: the fraction of needle queries of every context answered exactly, with its Wilson interval.
 
 The score (lower is better) is ``loss + weight x (1 - retrieval)`` (``weight`` nats per lost query fraction;
 default 1.0, about the loss gap between a working extension and a broken one on SmolLM2), so retrieval decides
 between candidates that differ in it, and perplexity among those that retrieve alike (LongRoPE searches on
-perplexity, arXiv:2402.13753; LongRoPE2 on needle-driven perplexity, arXiv:2502.20082).
+perplexity, arXiv:2402.13753; LongRoPE2 on needle-driven perplexity, arXiv:2502.20082). The default contexts are a
+book pass key (the loss) and a noise pass key (retrieval): at 16k, SmolLM2-135M answers the noise pass key
+under SelfExtend and YaRN and not untouched, while it misses book-haystack needles under every method (the
+committed suite cells), so a book needle alone would add a constant, not a signal.
 
 Each (candidate, context) result is a cell of a :class:`posenc.lab.cells.CellStore` keyed by everything it depends
 on (model, method, parameters, length, context, seed, objective version), so an interrupted tune resumes without
@@ -25,35 +31,59 @@ from pathlib import Path
 
 from posenc.lab.stats import mean_interval, wilson
 
-__all__ = ["TUNE_VERSION", "TuneObjective", "candidate_record"]
+__all__ = ["DEFAULT_CONTEXTS", "TUNE_VERSION", "TuneObjective", "candidate_record", "context_triples"]
 
-TUNE_VERSION = 1
+TUNE_VERSION = 2
+"""Bumped when a cell's value changes meaning (2: haystacks per context, the target's block losses kept)."""
+
+DEFAULT_CONTEXTS = (("book", "passkey", 0), ("noise", "passkey", 0))
+HAYSTACKS = ("book", "noise")
+
+
+def context_triples(contexts) -> tuple[tuple[str, str, int], ...]:
+    """``contexts`` as ``(haystack, generators, seed)`` triples (a ``(generators, seed)`` pair is a book context);
+    ``ValueError`` for an unknown haystack or without a book context (its target passage is the loss)."""
+    out = []
+    for c in contexts:
+        c = tuple(c)
+        if len(c) == 2:
+            c = ("book", *c)
+        if len(c) != 3 or c[0] not in HAYSTACKS or not isinstance(c[1], str) or not isinstance(c[2], int):
+            raise ValueError(f"a tune context is (haystack, generators, seed) with haystack one of {HAYSTACKS} "
+                             f"(or (generators, seed): a book context), got {c!r}")
+        out.append((c[0], c[1], int(c[2])))
+    if not out:
+        raise ValueError("contexts must hold at least one (haystack, generators, seed) context")
+    if not any(h == "book" for h, _, _ in out):
+        raise ValueError("contexts need a book context: its target passage is the loss (noise haystacks have none)")
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass
 class TuneObjective:
     """The suite objective of one model at one ``length`` (module docstring). ``source``: a Hugging Face folder,
-    a ``.gguf`` file or ``"smollm2"`` (:mod:`posenc.hf.source`); ``contexts``: ``(generators, seed)`` pairs of
-    book-haystack contexts with a ``target``-token scored passage; ``cells``: the folder of the cell store."""
+    a ``.gguf`` file, a lab run or ``"smollm2"`` (:mod:`posenc.hf.source`); ``contexts``: ``(haystack, generators,
+    seed)`` triples (:func:`context_triples`), the book ones with a ``target``-token scored passage; ``cells``: the
+    folder of the cell store."""
 
     source: str
     length: int
     cells: Path
-    contexts: tuple = (("passkey", 0), ("niah", 1))
+    contexts: tuple = DEFAULT_CONTEXTS
     target: int = 256
     weight: float = 1.0
     forwards: int = field(default=0, init=False)  # prefills run (not read from the store) by this object
     _facts: object = field(default=None, init=False, repr=False)
     _model: object = field(default=None, init=False, repr=False)
     _built: dict = field(default_factory=dict, init=False, repr=False)
+    _hay: dict = field(default_factory=dict, init=False, repr=False)  # haystack name -> tokens (this model's)
 
     def __post_init__(self):
         from posenc._util import check_positive_int
         from posenc.lab.cells import CellStore
 
         self.length = check_positive_int("length", self.length)
-        if not self.contexts:
-            raise ValueError("contexts must hold at least one (generators, seed) pair")
+        self.contexts = context_triples(self.contexts)
         if not self.weight >= 0:
             raise ValueError(f"weight must be >= 0, got {self.weight!r}")
         self.store = CellStore(self.cells)
@@ -78,29 +108,29 @@ class TuneObjective:
             self._model = load(self.facts.folder, dtype=torch.float32).eval()
         return self._model
 
-    def _context(self, generators: str, seed: int):
-        from posenc.hf.suite.cells import _HAYSTACKS
+    def _context(self, haystack: str, generators: str, seed: int):
         from posenc.hf.suite.context import build_context
         from posenc.hf.suite.haystack import make_haystack
 
-        key = (generators, seed)
+        key = (haystack, generators, seed)
         if key not in self._built:
-            hay = _HAYSTACKS.get("book") or _HAYSTACKS.setdefault("book", make_haystack("book", self.facts.tokenizer))
-            ctx = build_context(self.facts.tokenizer, hay, self.length, tuple(generators.split("+")), seed,
-                                self.target)
+            if haystack not in self._hay:
+                self._hay[haystack] = make_haystack(haystack, self.facts.tokenizer)
+            ctx = build_context(self.facts.tokenizer, self._hay[haystack], self.length, tuple(generators.split("+")),
+                                seed, self.target if haystack == "book" else 0)
             ctx.check(self.facts.tokenizer)
             self._built[key] = ctx
         return self._built[key]
 
-    def key(self, method: str, params: dict, generators: str, seed: int) -> dict:
+    def key(self, method: str, params: dict, haystack: str, generators: str, seed: int) -> dict:
         """The cell key of one (candidate, context)."""
         return {"tune": TUNE_VERSION, "model": self.facts.model_id, "method": method, "params": params,
-                "length": self.length, "haystack": "book", "generators": generators, "seed": seed,
-                "target": self.target}
+                "length": self.length, "haystack": haystack, "generators": generators, "seed": seed,
+                "target": self.target if haystack == "book" else 0}
 
     def pending(self, method: str, params: dict) -> int:
         """How many prefills evaluating this candidate still needs (0: every cell is stored)."""
-        return sum(self.store.get(self.key(method, params, g, s)) is None for g, s in self.contexts)
+        return sum(self.store.get(self.key(method, params, *c)) is None for c in self.contexts)
 
     # ---------------------------------------------------------------------------------------------- evaluate
     def evaluate(self, method: str, params: dict) -> dict:
@@ -111,15 +141,16 @@ class TuneObjective:
         cells = []
         model = None
         try:
-            for g, s in self.contexts:
-                k = self.key(method, params, g, s)
+            for c in self.contexts:
+                k = self.key(method, params, *c)
                 v = self.store.get(k)
                 if v is None:
                     if model is None:
                         model = extend(self._loaded(), method, **params)
-                    r = run_context(model, self.facts.tokenizer, self._context(g, s))
-                    v = {"loss": r["target"]["loss"], "answers": [{"kind": a["kind"], "correct": a["correct"]}
-                                                                   for a in r["answers"]],
+                    r = run_context(model, self.facts.tokenizer, self._context(*c))
+                    t = r["target"]
+                    v = {"loss": t["loss"] if t else None, "block_losses": t["block_losses"] if t else None,
+                         "answers": [{"kind": a["kind"], "correct": a["correct"]} for a in r["answers"]],
                          "prefill_s": r["prefill_s"]}
                     self.store.put(k, v)
                     self.forwards += 1
@@ -131,18 +162,23 @@ class TuneObjective:
 
 
 def candidate_record(method: str, params: dict, cells: list[dict], weight: float) -> dict:
-    """One candidate's row: ``loss`` (mean over contexts, with a t interval over them), ``ppl = exp(loss)``,
-    ``retrieval`` (exact-match fraction with its Wilson interval), ``score = loss + weight x (1 - retrieval)``."""
+    """One candidate's row: ``loss`` (mean over the contexts with a target passage, with a t interval over them, or
+    over the 64-token blocks of the one passage: ``loss_over``), ``ppl = exp(loss)``, ``retrieval`` (exact-match
+    fraction over every context, with its Wilson interval), ``score = loss + weight x (1 - retrieval)``."""
     import math
 
-    losses = [c["loss"] for c in cells]
+    scored = [c for c in cells if c.get("loss") is not None]
+    if not scored:
+        raise ValueError("no cell has a target passage: the loss needs a book context")
+    losses = [c["loss"] for c in scored]
+    over = "contexts" if len(scored) > 1 else "blocks"
+    li = mean_interval(losses if over == "contexts" else scored[0].get("block_losses") or losses, over=over)
     hits = [a["correct"] for c in cells for a in c["answers"]]
-    li = mean_interval(losses, over="contexts")
     ri = wilson(sum(hits), len(hits))
     rate = sum(hits) / len(hits) if hits else 0.0
     loss = sum(losses) / len(losses)
-    li, ri = li.to_dict(), ri.to_dict()  # NaN ends (one context) as None, for JSON
+    li, ri = li.to_dict(), ri.to_dict()  # NaN ends (one value) as None, for JSON
     return {"method": method, "params": params, "loss": loss, "loss_lo": li["lo"], "loss_hi": li["hi"],
-            "ppl": math.exp(loss), "retrieval": rate, "retrieval_lo": ri["lo"], "retrieval_hi": ri["hi"],
-            "queries": len(hits), "contexts": len(cells), "score": loss + weight * (1.0 - rate),
-            "prefill_s": sum(c.get("prefill_s", 0.0) for c in cells)}
+            "loss_over": over, "ppl": math.exp(loss), "retrieval": rate, "retrieval_lo": ri["lo"],
+            "retrieval_hi": ri["hi"], "queries": len(hits), "contexts": len(cells),
+            "score": loss + weight * (1.0 - rate), "prefill_s": sum(c.get("prefill_s", 0.0) for c in cells)}

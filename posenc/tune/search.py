@@ -4,12 +4,13 @@
 (:class:`posenc.tune.objective.TuneObjective`) at the target length:
 
 1. the untouched model (the reference row), then a grid over the methods and their parameters
-   (:func:`method_candidates`: each parameter of the method's per-length defaults,
+   (:func:`method_candidates`: every method's defaults first, then, in turn, each parameter of the method's
+   per-length defaults
    :func:`posenc.lab.evaluate.length_defaults`, and a few multiples of it: YaRN's and PI's factor, SelfExtend's
    group and window, DCA's chunk, ...);
 2. with the rest of the budget, LongRoPE's evolutionary search of per-dimension factors
    (:func:`posenc.tune.factors.evolve`), initialised from PI, NTK and YaRN, with the monotonicity constraint;
-3. a ranked table (score, loss with its t interval over the contexts, retrieval with its Wilson interval) and a
+3. a ranked table (score, loss with its t interval, retrieval with its Wilson interval) and a
    recommendation: the best score.
 
 The winner is saved in the most portable form (:func:`save_winner`): a method transformers implements (PI as
@@ -41,10 +42,11 @@ _VARY = {"factor": (1.0, 1.5), "group": (1.0, 2.0), "window": (1.0, 0.5), "chunk
 
 def method_candidates(methods, train_len: int, length: int, head_dim: int, base: float) -> list[tuple[str, dict]]:
     """``(method, params)`` for each method of ``methods`` and each combination of its per-length defaults times
-    the multiples of ``_VARY`` (integers rounded; duplicates dropped), the defaults first."""
+    the multiples of ``_VARY`` (integers rounded; duplicates dropped). Every method's defaults come first, then the
+    variations, one method's at a time in turn, so a budget that ends inside the grid has tried every method."""
     from posenc.lab.evaluate import length_defaults
 
-    out: list[tuple[str, dict]] = []
+    per_method: list[list[tuple[str, dict]]] = []
     for m in methods:
         d = length_defaults(m, train_len, length, head_dim=head_dim, base=base)
         keys = sorted(d)
@@ -58,10 +60,11 @@ def method_candidates(methods, train_len: int, length: int, head_dim: int, base:
                 if x not in vals:
                     vals.append(x)
             grids.append(vals)
-        for combo in itertools.product(*grids):
-            cand = (m, dict(zip(keys, combo)))
-            if cand not in out:
-                out.append(cand)
+        per_method.append([(m, dict(zip(keys, combo))) for combo in itertools.product(*grids)])
+    out: list[tuple[str, dict]] = []
+    for cand in itertools.chain.from_iterable(itertools.zip_longest(*per_method)):
+        if cand is not None and cand not in out:
+            out.append(cand)
     return out
 
 
@@ -75,7 +78,7 @@ def ranked_table(rows: list[dict]) -> str:
         lo, hi = r.get(f"{k}_lo"), r.get(f"{k}_hi")
         return "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]"
 
-    lines = ["| rank | method | params | score | loss (95% t over contexts) | ppl | retrieval (95% Wilson) |",
+    lines = ["| rank | method | params | score | loss [95% t] | ppl | retrieval [95% Wilson] |",
              "|---:|---|---|---:|---|---:|---|"]
     for i, r in enumerate(rows, 1):
         p = r.get("label") or _short(r["params"])
@@ -171,7 +174,7 @@ def _run_candidates(objective, cands, budget: int, bar, log) -> list[dict]:
 
 
 def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS, longrope: bool = True,
-         seed: int = 0, contexts=(("passkey", 0), ("niah", 1)), target: int = 256, weight: float = 1.0,
+         seed: int = 0, contexts=None, target: int = 256, weight: float = 1.0,
          population: int = 8, progress: bool = True, log: Callable[[str], None] = print) -> dict:
     """Tune the extension of model ``source`` for ``length`` tokens into folder ``out`` (module docstring) with at
     most ``budget`` forward passes (one prefill of one context each). The budget counts every (candidate, context)
@@ -183,13 +186,13 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
     from posenc.lab.lock import FolderLock
     from posenc.scheme.methods import NONE
     from posenc.tune.factors import INIT_RULES, evolve, initial_factors
-    from posenc.tune.objective import TuneObjective
+    from posenc.tune.objective import DEFAULT_CONTEXTS, TuneObjective
 
     budget = check_positive_int("budget", budget)
     out = Path(out)
     with FolderLock(out, what="tune"):
         t0 = time.perf_counter()
-        obj = TuneObjective(str(source), length, out / "cells", tuple(contexts), target, weight)
+        obj = TuneObjective(str(source), length, out / "cells", tuple(contexts or DEFAULT_CONTEXTS), target, weight)
         f = obj.facts
         if length <= f.train_len:
             raise ValueError(f"length must be > the model's trained length {f.train_len}, got {length}")
