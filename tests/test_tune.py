@@ -44,6 +44,18 @@ def test_initial_factors_are_pi_ntk_and_yarn():
         initial_factors("pi", 0.5, d, base, 2048)
 
 
+def test_the_search_breeds_children_for_a_real_head_dim():
+    """head_dim 64 (SmolLM2's 32 pairs) from PI, NTK and YaRN at s = 2: every evaluation of the budget is a new
+    monotone vector (drawing children until one happened to be monotone bred none here, and the 16k tune
+    evaluated only the three rule vectors)."""
+    d, s, base, train = 64, 2.0, 1e5, 8192
+    init = {r: initial_factors(r, s, d, base, train) for r in INIT_RULES}
+    found = evolve(lambda lam: float(np.sum((np.log(lam) - np.log(1.5)) ** 2)), init, 16, max_factor=2 * s, seed=0)
+    assert len(found) == 16 and len({tuple(r["factors"]) for r in found}) == 16
+    assert all(is_monotone(r["factors"], 2 * s) for r in found)
+    assert sum(r["name"].startswith("gen") for r in found) >= 8
+
+
 def test_yarn_initial_factors_follow_the_ramp_of_transformers():
     d, s, base, train = 32, 4.0, 10000.0, 256
     from posenc.parts.frequencies import yarn_correction_range

@@ -31,6 +31,9 @@ _BOOK = ContextSpec("book", ("niah",), seeds=1, target=512)
 _PASSKEY = ContextSpec("noise", ("passkey",), seeds=4)
 _DYNAMIC_STEP = {"dynamic_ntk": {"step": 512}, "dynamic_yarn": {"step": 512}, "dynamic_ntk_qwen": {"step": 512}}
 _SHORT = ("none", "yarn", "selfextend", "streaming_llm")
+_FULL_CONTEXTS = (_BOOK, ContextSpec("noise", ("passkey",), seeds=2),
+                  ContextSpec("noise", ("passkey",), seeds=2, first_seed=2, max_length=16384),
+                  ContextSpec("noise", ("mv", "vt", "cwe"), seeds=1, max_length=8192))
 
 SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
     SuitePreset(
@@ -43,9 +46,7 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
         methods=(*_SHORT, "pi", "ntk", "ntk_mixed", "dynamic_ntk", "dynamic_yarn", "llama3", "rerope", "leaky_rerope",
                  "dca", "dca@chunkllama", "dca@qwen", "string", "resonance", "resonance+yarn", "rerope+logn",
                  "ntk_mixed+logn", "lm_infinite", "sliding_window", "retrieval", "duo"),
-        contexts=(_BOOK, ContextSpec("noise", ("passkey",), seeds=2),
-                  ContextSpec("noise", ("passkey",), seeds=2, first_seed=2, max_length=16384),
-                  ContextSpec("noise", ("mv", "vt", "cwe"), seeds=1, max_length=8192)),
+        contexts=_FULL_CONTEXTS,
         reference_length=8192, prune_from=32768,
         params={**_DYNAMIC_STEP, "dca@chunkllama": {"temperature": "chunkllama"}, "dca@qwen": {"temperature": "qwen"},
                 "duo": {"streaming": "calibrate"}}),
