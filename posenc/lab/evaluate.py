@@ -31,7 +31,7 @@ PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
 
 
 def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
-                  base: float = 10000.0) -> dict:
+                  base: float = 10000.0, hf: bool = False) -> dict:
     """Per-length defaults for an inference-time method, from its record in
     :data:`posenc.scheme.METHODS` (``"a+b"`` merges, the first method's value wins
     on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
@@ -47,9 +47,11 @@ def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int
       10 global tokens); ``streaming_llm``: 4 sinks + ``train_len - 4`` recent; ``bca``:
       ``block = train_len // 2``; ``pcw``: windows of ``train_len``;
     - dynamic schedules, ``logn``, ``hierarchical``, ``none``: no parameters.
+
+    ``hf``: also the methods only a Hugging Face model takes (``longrope``), as :func:`parse_methods` reads them.
     """
     out: dict = {}
-    for m in parse_methods(method):
+    for m in parse_methods(method, hf=hf):
         for k, v in m.length_defaults(train_len, eval_len, head_dim, base).items():
             out.setdefault(k, v)
     return out

@@ -10,6 +10,10 @@
   holds the short one. Contexts per cell: one book context and four pass-key seeds up to 16k, the aggregation
   context up to 8k, one book and two pass-key contexts at 32k, where a method runs only if its retrieval at 16k
   reached the threshold (a 32k prefill costs about four times a 16k one).
+- ``smollm2_tune16k``: the LongRoPE factors ``posenc tune`` found for 16k (the best native candidate; the tune's
+  winner, SelfExtend at its per-length defaults, is the suite's own ``selfextend`` row) beside the untouched model,
+  YaRN and SelfExtend at 8k and 16k, on ``smollm2_full``'s contexts: run with ``--cells`` pointing at a
+  ``smollm2_full`` run's cells, only the tuned row is computed.
 
 Contexts: a book context (Gutenberg prose) holding the multi-key/multi-query needles and ending with a 512-token
 target passage (perplexity), pass-key contexts in Landmark's noise haystack (the one retrieval task this 135M
@@ -35,6 +39,14 @@ _FULL_CONTEXTS = (_BOOK, ContextSpec("noise", ("passkey",), seeds=2),
                   ContextSpec("noise", ("passkey",), seeds=2, first_seed=2, max_length=16384),
                   ContextSpec("noise", ("mv", "vt", "cwe"), seeds=1, max_length=8192))
 
+# posenc tune smollm2 --length 16384 --budget 32 (benchmarks/results/tune-smollm2-16k/results.json): its best LongRoPE
+# factor vector (a mutation of the first population; 5th of the 16 candidates, second to SelfExtend at its defaults)
+_TUNED_LONGROPE_16K = {
+    "factor": 2.0, "short_factor": [1.0] * 32,
+    "long_factor": [1.0, 1.0226, 1.0226, 1.0226, 1.0936, 1.0936, 1.1436, 1.1436, 1.1959, 1.1959, 1.1959, 1.4673,
+                    1.4673, 1.4673, 1.4673, 1.4673, 1.4673, 1.4673, 1.6078, 1.6078, 1.6078, 1.6078, 1.9408, 2.0, 2.0,
+                    2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]}
+
 SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
     SuitePreset(
         "smollm2", "SmolLM2-135M (trained at 8k): untouched, YaRN, SelfExtend, StreamingLLM at 8k and 16k; "
@@ -50,4 +62,10 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
         reference_length=8192, prune_from=32768,
         params={**_DYNAMIC_STEP, "dca@chunkllama": {"temperature": "chunkllama"}, "dca@qwen": {"temperature": "qwen"},
                 "duo": {"streaming": "calibrate"}}),
+    SuitePreset(
+        "smollm2_tune16k", "SmolLM2-135M: posenc tune's 16k LongRoPE factors next to the untouched model, YaRN and "
+        "SelfExtend (the tune's winner) at 8k and 16k on smollm2_full's contexts; ~10 min with --cells of a "
+        "smollm2_full run that holds the other rows", lengths=(8192, 16384),
+        methods=("none", "yarn", "selfextend", "longrope@tune16k"), contexts=_FULL_CONTEXTS, reference_length=8192,
+        params={"longrope@tune16k": _TUNED_LONGROPE_16K}),
 )}

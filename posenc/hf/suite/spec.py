@@ -90,7 +90,7 @@ def method_params(method: str, train_len: int, length: int, head_dim: int, base:
     spec = method_spec(method)
     if is_identity(spec):
         return {}
-    return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base), **fixed.get(method, {})}
+    return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base, hf=True), **fixed.get(method, {})}
 
 
 def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool) -> dict:
