@@ -314,3 +314,28 @@ def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):
     r2 = two.evaluate("yarn", {"factor": 2.0})
     assert two.forwards == 1  # the book pass key 0 cell is shared with the first objective
     assert r2["loss_over"] == "contexts" and r2["loss_lo"] is not None
+
+
+def test_the_committed_16k_tune_is_what_the_suite_rows_run():
+    """benchmarks/results/tune-smollm2-16k: its winner is SelfExtend with exactly the parameters of the suite's
+    ``selfextend`` row at 16k (so the committed suite cells measure the recommendation), and the
+    ``smollm2_tune16k`` preset runs its best LongRoPE vector; the LongRoPE rows keep the paper's constraint."""
+    from pathlib import Path
+
+    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.hf.suite.spec import method_params
+
+    res = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tune-smollm2-16k" /
+                      "results.json").read_text())
+    rows, meta = res["rows"], res["meta"]
+    assert meta["length"] == 16384 and meta["train_len"] == 8192 and meta["budget_forwards"] == 32
+    assert sum(r["contexts"] for r in rows) == 32 and [r["score"] for r in rows] == sorted(r["score"] for r in rows)
+    win = res["winner"]
+    assert win == rows[0] and win["method"] == "selfextend"
+    assert win["params"] == method_params("selfextend", 8192, 16384, 64, 1e5, {})
+    best_longrope = next(r for r in rows if r["method"] == "longrope")
+    assert SUITE_PRESETS["smollm2_tune16k"].params["longrope@tune16k"] == best_longrope["params"]
+    for r in rows:
+        if r["method"] == "longrope":
+            assert is_monotone(r["params"]["long_factor"], 4.0)
+    assert res["saved"]["form"] == "engine" and "longrope" in res["saved"]["reason"]
