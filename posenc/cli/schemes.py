@@ -42,7 +42,8 @@ def _listing() -> list[str]:
             out.append(f"  {'':18s}   applies to a {m.base_preset!r} model")
         if m.params:
             out.append(f"  {'':18s}   " + "; ".join(p.describe() for p in m.params))
-    out += ["", "transformers only (posenc.hf.extend; 'linear' is pi):"]
+    out += ["", "transformers' own (posenc.hf.extend; 'linear' is pi; longrope also on posenc's engine with "
+                "native=False, its cache consistent across the original length):"]
     out += [f"  {name:18s} {m.description} [{m.paper}]" for name, m in HF_ONLY.items()]
     return out
 

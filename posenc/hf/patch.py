@@ -338,7 +338,7 @@ def _layer_scheme(config, module, layout: str, targets, names: str, params: dict
             dims = nope + int(module.qk_rope_head_dim)
             spec = replace(spec, partial_rotary_factor=(int(module.qk_rope_head_dim) + 0.5) / dims)
         base = replace(base, rope=spec)
-        return base.extend(names, **params) if applies else base
+        return base.extend(names, hf=True, **params) if applies else base
 
     return key, build
 

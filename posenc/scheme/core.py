@@ -334,19 +334,21 @@ class PositionScheme:
         base = TRAINED["rope"][0](**base_kw)
         return base.extend(name, **params)
 
-    def extend(self, method: str, layers=None, **params) -> PositionScheme:
+    def extend(self, method: str, layers=None, *, hf: bool = False, **params) -> PositionScheme:
         """Apply an inference-time method (or ``"a+b"``) to this scheme, keeping what it trained with.
 
         Each parameter goes to *every* method of the composition that accepts it:
         ``extend("sliding_window+streaming_llm", window=4)`` gives ``window=4`` to both. A parameter
         that no method of the composition accepts raises ``ValueError``. For a layer pattern the method
         applies to the layers with a RoPE part, or to the indices into ``layers`` given as ``layers=``
-        (:func:`posenc.scheme.pattern.extend_pattern`); an embedding method applies to the pattern's embedding."""
+        (:func:`posenc.scheme.pattern.extend_pattern`); an embedding method applies to the pattern's embedding.
+        ``hf``: also the methods named as Hugging Face models name them (``longrope``, ``linear``), as
+        :func:`posenc.hf.extend` reads them."""
         if self.layers is not None or layers is not None:
             from posenc.scheme.pattern import extend_pattern
 
             return extend_pattern(self, method, layers, params)
-        methods = [m for m in parse_methods(method) if not m.is_identity]
+        methods = [m for m in parse_methods(method, hf=hf) if not m.is_identity]
         scheme = self
         used: set[str] = set()
         for m in methods:

@@ -521,16 +521,18 @@ TRAINED_METHODS: dict[str, Method] = {m.name: m for m in (
 # the model as it is ("none"; "default" is transformers' name for it)
 NONE = Method("none", "identity", "the model as trained, no method", "", _identity, aliases=("default",))
 
-# methods posenc.hf.extend hands to transformers and posenc itself does not implement
+# methods of transformers' names that posenc.hf.extend hands to transformers by default; "dynamic" exists only there,
+# "longrope" also runs on posenc's engine with native=False (a dynamic schedule whose cached decoding equals the
+# full forward across the original length, where transformers' switch of factor set leaves stale cached keys)
 HF_ONLY: dict[str, Method] = {m.name: m for m in (
     Method("dynamic", "frequencies", "transformers' dynamic NTK (keys cached with the base they were rotated "
            "with); posenc's own is dynamic_ntk", "https://redd.it/14mrgpr", None, (_factor(),), _ROPE,
            scaling_type="dynamic", dynamic=True, hf_rope_type="dynamic", hf_native=True),
     Method("longrope", "frequencies", "Ding et al. 2024: searched per-dimension factors (Phi-3)",
-           "arXiv:2402.13753", None, (Param("short_factor", rule="required"), Param("long_factor", rule="required"),
-                                      Param("factor", rule="max_position_embeddings / train_len", minimum=1.0),
-                                      Param("attention_factor", rule="sqrt(1 + ln(factor) / ln(L))", minimum=0.0,
-                                            strict=True)),
+           "arXiv:2402.13753", _dynamic, (Param("short_factor", rule="required"), Param("long_factor", rule="required"),
+                                          Param("factor", rule="max_position_embeddings / train_len", minimum=1.0),
+                                          Param("attention_factor", rule="sqrt(1 + ln(factor) / ln(L))",
+                                                minimum=0.0, strict=True), _STEP),
            _ROPE, scaling_type="longrope", dynamic=True, hf_rope_type="longrope", hf_native=True,
            hf_original_len=True),
 )}
