@@ -100,10 +100,15 @@ def test_round_trip_and_reuse(tiny, capsys):
 def expected_rows(config: dict) -> set[tuple[str, str, int]]:
     """(scheme, method, eval_len) of every record a preset (as ``BenchPreset.to_dict()``) produces: each
     trained scheme bare, the RoPE model under each inference-time method, the learned table under its
-    extensions, each fine-tune bare, all at every eval length."""
+    extensions, each fine-tune whose start exists bare (from scratch, a trained scheme, or an earlier fine-tune:
+    a schedule's second stage), all at every eval length."""
     models = [(s, ["none"] + list(config["rope_methods"] if s == "rope" else ())
                + list(config["learned_methods"] if s == "learned" else ())) for s in config["schemes"]]
-    models += [(ft["name"], ["none"]) for ft in config["finetunes"] if ft["base"] in config["schemes"]]
+    have = set(config["schemes"])  # a fine-tune runs from scratch (base None), a trained scheme or an earlier fine-tune
+    for ft in config["finetunes"]:
+        if ft["base"] is None or ft["base"] in have:
+            have.add(ft["name"])
+            models.append((ft["name"], ["none"]))
     lengths = [f * config["train_len"] for f in config["eval_factors"]]
     return {(s, m, n) for s, methods in models for m in methods for n in lengths}
 
