@@ -129,10 +129,13 @@ def _params(method) -> dict:
 
 
 def _posenc_side(model, method, params):
-    """The TinyLM under the method. transformers-only methods (no posenc ``apply``) are their schedule in
-    ``rope.scaling`` with transformers' rule, one schedule for the whole call (``dynamic="sequence"``), and
-    the lengths of the exported config (LongRoPE's default factor is their ratio)."""
-    if method.apply is not None:
+    """The TinyLM under the method. Methods of transformers' own names (``HF_ONLY``: ``hf.extend`` runs them on
+    transformers' code; LongRoPE also has a posenc form, per query) are their schedule in ``rope.scaling`` with
+    transformers' rule, one schedule for the whole call (``dynamic="sequence"``), and the lengths of the exported
+    config (LongRoPE's default factor is their ratio)."""
+    from posenc.scheme.methods import HF_ONLY
+
+    if method.name not in HF_ONLY:
         return model.with_scheme(method.name, **params)
     lengths = {"original_max_position_embeddings": L, "max_position_embeddings": L}
     rope = replace(model.scheme.rope, dynamic="sequence",
