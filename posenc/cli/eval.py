@@ -65,13 +65,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def is_run_folder(path) -> bool:
-    """:func:`posenc.lab.checkpoint.is_run_folder` (kept here for the callers of this module)."""
-    from posenc.lab.checkpoint import is_run_folder as check
-
-    return check(path)
-
-
 def _check_model(model: str) -> None:
     """``ValueError`` for a MODEL that is none of the things eval reads (before anything is loaded)."""
     from posenc.cli._common import did_you_mean
@@ -151,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     check_eval_args([1], methods)  # an unknown method is refused before anything is loaded
     params = params_from_args(args)  # --factor/--window/--param: honoured on both paths, or refused here
     _check_model(args.model)
+    from posenc.lab.checkpoint import is_run_folder
+
     run_folder = is_run_folder(args.model)
     check_method_params(methods or ["none"], params, hf=not run_folder)
     if run_folder:
