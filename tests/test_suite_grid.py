@@ -96,6 +96,58 @@ def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, m
     assert counted == []  # everything finished: nothing recomputed
 
 
+def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, monkeypatch):
+    """``report_only`` (``posenc bench --report-only``) computes no cell: its results hold the finished cells, and
+    ``meta["missing"]`` counts the unfinished ones per (method, length); a pair that pruning would judge on
+    unfinished cells counts as not run yet, not as left out. Once the run ends, the report equals the run's own."""
+    from posenc.hf.suite import cells
+
+    real = cells.run_context
+    calls = []
+
+    def interrupted(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    preset = _preset(tiny, prune_from=2048)
+    monkeypatch.setattr(cells, "run_context", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(preset, tmp_path, progress=False, log=lambda m: None)
+    monkeypatch.setattr(cells, "run_context", lambda *a, **kw: pytest.fail("report_only ran a cell"))
+    res = run_suite(preset, tmp_path, progress=False, log=lambda m: None, report_only=True)
+    assert res["meta"]["complete"] is False and res["meta"]["cells"] == 4 and res["meta"]["left_out"] == {}
+    assert res["meta"]["missing"] == {"rerope+logn@1024": 2, "none@2048": 2, "selfextend@2048": 2,
+                                      "rerope+logn@2048": 2}
+    assert [(r["method"], r["eval_len"]) for r in res["records"]] == [("none", 1024), ("selfextend", 1024)]
+    assert res["effective"]["rerope+logn"]["unfinished"] == [1024, 2048]
+    assert not res["effective"]["none"]["complete"]
+    md = (tmp_path / "report.md").read_text()
+    assert "Not finished: this report was written before the run ended (4 cells finished, 8 not run yet" in md
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["missing"] == res["meta"]["missing"]
+    monkeypatch.setattr(cells, "run_context", real)
+    done = run_suite(preset, tmp_path, progress=False, log=lambda m: None)
+    assert done["meta"]["complete"] is True and done["meta"]["missing"] == {}
+    again = run_suite(preset, tmp_path, progress=False, log=lambda m: None, report_only=True)
+    assert again["records"] == done["records"] and again["effective"] == done["effective"]
+    assert again["meta"]["left_out"] == done["meta"]["left_out"]
+
+
+def test_a_row_label_holding_an_at_sign_keeps_its_lengths():
+    from posenc.hf.suite.results import _lengths_of
+
+    pairs = {"dca@qwen@32768": "pruned", "dca@16384": "pruned", "dca@qwen@16384": "pruned"}
+    assert _lengths_of("dca@qwen", pairs) == [16384, 32768] and _lengths_of("dca", pairs) == [16384]
+
+
+def test_report_only_is_for_the_real_model_presets(tmp_path, capsys):
+    from posenc.cli import main
+
+    assert main(["bench", "--preset", "quick", "--out", str(tmp_path / "o"), "--report-only"]) == 2
+    assert "--report-only is for the real-model presets" in capsys.readouterr().err
+
+
 def test_a_second_writer_is_refused(tiny, tmp_path):
     with FolderLock(tmp_path / "out"):
         with pytest.raises(FolderInUseError, match="suite run folder"):

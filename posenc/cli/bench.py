@@ -37,6 +37,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--cells", default=None, metavar="DIR", help="real-model presets: keep the cells in DIR instead of "
                    "OUT/cells, e.g. another run's cells folder, whose finished cells are then read, not recomputed "
                    "(a cell's key does not name the preset)")
+    p.add_argument("--report-only", action="store_true", help="real-model presets: run no cell; write results.json "
+                   "and the report of the cells finished so far, saying which are not run yet (a run completed over "
+                   "several sittings)")
     p.set_defaults(func=run)
     return p
 
@@ -58,11 +61,14 @@ def _run_suite(args: argparse.Namespace) -> int:
     if args.device != "cpu":
         raise ValueError(f"--device {args.device}: the real-model presets run on cpu")
     try:
-        results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet)
+        results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
+                            report_only=args.report_only)
     except KeyboardInterrupt:
         print(f"posenc: interrupted; finished cells are kept in {args.out}/cells: run the same command to continue")
         return 130
-    print(f"report: {args.out}/report.md ({results['meta']['cells']} cells)")
+    missing = sum(results["meta"]["missing"].values())
+    print(f"report: {args.out}/report.md ({results['meta']['cells']} cells"
+          + (f"; {missing} not run yet: run without --report-only to continue)" if missing else ")"))
     return 0
 
 
@@ -73,9 +79,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.preset in _suite_presets():
         return _run_suite(args)
-    for flag in ("model", "cells"):
+    for flag in ("model", "cells", "report_only"):
         if getattr(args, flag):
-            raise ValueError(f"--{flag} is for the real-model presets (" + ", ".join(sorted(_suite_presets())) + ")")
+            raise ValueError(f"--{flag.replace('_', '-')} is for the real-model presets ("
+                             + ", ".join(sorted(_suite_presets())) + ")")
     from posenc.lab.corpora import check_default_corpus
 
     preset = PRESETS[args.preset]

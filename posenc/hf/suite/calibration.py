@@ -45,9 +45,10 @@ def duo_streaming(m, preset, length: int) -> list[list[int]]:
 CALIBRATIONS: dict[str, dict[str, Callable]] = {"duo": {"streaming": duo_streaming}}
 
 
-def resolve(preset, m, store, log: Callable[[str], None] = print):
+def resolve(preset, m, store, log: Callable[[str], None] = print, *, compute: bool = True):
     """``preset`` with every ``"calibrate"`` parameter replaced by its value for model ``m`` (computed once and
-    kept in ``store`` under a calibration key)."""
+    kept in ``store`` under a calibration key). ``compute=False``: only the values already kept are filled in
+    (the others stay ``"calibrate"``, so no finished cell matches their rows)."""
     from posenc.hf.suite.spec import SUITE_VERSION, method_spec
 
     params = {label: dict(p) for label, p in preset.params.items()}
@@ -62,6 +63,8 @@ def resolve(preset, m, store, log: Callable[[str], None] = print):
             key = {"suite": SUITE_VERSION, "calibration": f"{method_spec(label)}.{name}", "model": m.model_id,
                    "length": preset.reference_length}
             got = store.get(key)
+            if got is None and not compute:
+                continue
             if got is None:
                 log(f"calibrating {label}.{name} on {m.model_id} at {preset.reference_length} tokens")
                 got = fn(m, preset, preset.reference_length)

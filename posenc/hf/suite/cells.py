@@ -43,9 +43,13 @@ def _summary(v: dict) -> str:
     return f"prefill {v['prefill_s']:.0f}s, {hits}/{len(v['answers'])} answers right{ppl}"
 
 
-def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], pruned) -> dict[str, str]:
+def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], pruned,
+              missing: dict[str, int] | None = None) -> dict[str, str]:
     """Run every unfinished cell of ``preset`` (``m``: the loaded model, :class:`posenc.hf.suite.spec.ModelFacts`);
-    returns ``{"method@length": reason}`` for the (method, length) pairs left out."""
+    returns ``{"method@length": reason}`` for the (method, length) pairs left out.
+
+    ``missing``: run nothing; count the unfinished cells of every (method, length) pair that is not left out into it
+    (``{"method@length": cells}``), for a report of a run that is not finished."""
     from tqdm import tqdm
 
     from posenc.hf.suite.spec import cell_key, method_params, plan
@@ -66,6 +70,9 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
             keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat), spec, s) for spec, s in todo]
             pending = [(k, spec, s) for k, spec, s in keys if store.get(k) is None]
             why = pruned(store, m, preset, method, n) if pending else None
+            if missing is not None and pending and not why:
+                missing[f"{method}@{n}"] = len(pending)
+                pending = []
             if why:
                 skipped[f"{method}@{n}"] = why
                 emit(f"{method} at {n}: left out ({why})")

@@ -23,6 +23,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from posenc.hf.suite.spec import ContextSpec, ModelFacts, SuitePreset, cell_key, load_facts, method_params, plan
@@ -51,14 +52,30 @@ def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, leng
     return got["value"] if got["n"] else None
 
 
-def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:
-    """Why ``method`` is left out at ``length`` (None: it runs)."""
+def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> int:
+    """How many cells of ``method`` at ``length`` are not finished."""
+    params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
+    return sum(store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat)) is None
+               for spec in preset.contexts if spec.max_length is None or length <= spec.max_length
+               for s in spec.seed_range)
+
+
+def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
+            settled_only: bool = False) -> str | None:
+    """Why ``method`` is left out at ``length`` (None: it runs).
+
+    ``settled_only`` (a report of an unfinished run): a reason only once the cells it rests on (``method`` at the
+    previous length, the untouched model at the reference length) are all finished; None before, so the pair
+    counts as not run yet rather than left out."""
     if preset.prune_from is None or length < preset.prune_from or method == preset.methods[0]:
         return None
     shorter = [n for n in sorted(preset.lengths) if n < length]
     if not shorter:
         return None
     prev = shorter[-1]
+    if settled_only and (_unfinished(store, m, preset, method, prev)
+                         or _unfinished(store, m, preset, preset.methods[0], preset.reference_length)):
+        return None
     ref = _retrieval_rate(store, m, preset, preset.methods[0], preset.reference_length)
     rate = _retrieval_rate(store, m, preset, method, prev)
     if ref is None or rate is None:
@@ -87,9 +104,13 @@ def _cpu_model() -> str:
 
 
 def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
-              log: Callable[[str], None] = print) -> dict:
+              log: Callable[[str], None] = print, report_only: bool = False) -> dict:
     """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
     ``results.json`` and the report (:mod:`posenc.hf.suite.results`). Returns the results dict.
+
+    ``report_only``: run no cell (and no calibration); write the results and the report of the cells finished so
+    far, with ``meta["missing"]`` (``{"method@length": unfinished cells}``) and ``meta["complete"]`` saying what is
+    not run yet: the state of a run completed over several sittings.
 
     ``cells_dir``: keep the cells there instead, e.g. another run's ``cells`` folder. A cell's key names everything
     its result depends on (model, method, parameters, length, context, seed, suite version), not the preset, so a
@@ -118,9 +139,13 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
             m = load_facts(preset.model)
             store = CellStore(cells)
             t0 = time.perf_counter()
-            preset = resolve(preset, m, store, log)
-            skipped = run_cells(preset, m, store, progress=progress, log=log, pruned=_pruned)
+            preset = resolve(preset, m, store, log, compute=not report_only)
+            missing: dict[str, int] | None = {} if report_only else None
+            pruned = partial(_pruned, settled_only=True) if report_only else _pruned
+            skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
+                                missing=missing)
             elapsed = time.perf_counter() - t0
-            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed)
+            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed,
+                                 missing=missing or {})
         finally:
             torch.set_num_threads(old)

@@ -77,6 +77,8 @@ def main_table(results: dict) -> Table:
         el = _k(e["effective_length"]) if e.get("effective_length") else "< " + _k(lengths[0])
         if e.get("left_out"):
             el += " (+ left out at " + ", ".join(_k(n) for n in e["left_out"]) + ")"
+        if e.get("unfinished"):
+            el += " (not finished at " + ", ".join(_k(n) for n in e["unfinished"]) + ")"
         cells = []
         for n in lengths:
             r = by.get((m, n))
@@ -216,6 +218,11 @@ def _summary(results: dict) -> list[str]:
                      + ", ".join(ref.get("kinds", [])) + " (every kind is in the per-task tables).")
     for method, why in sorted(results["meta"].get("left_out", {}).items()):
         lines.append(f"Left out: {method} ({why}).")
+    missing = results["meta"].get("missing") or {}
+    if missing:
+        lines.append(f"Not finished: this report was written before the run ended ({results['meta']['cells']} cells "
+                     f"finished, {sum(missing.values())} not run yet: " + ", ".join(sorted(missing)) + "); rows at "
+                     "those lengths hold the cells finished so far (n says how many answers).")
     return lines
 
 

@@ -129,7 +129,12 @@ def _depth_records(name: str, m, method: str, n: int, cells: list[tuple]) -> lis
     return out
 
 
-def aggregate(preset, m, store, *, skipped: dict, name: str) -> dict:
+def _lengths_of(method: str, pairs) -> list[int]:
+    """The lengths of ``method`` among ``"method@length"`` keys (a row label may hold ``@`` itself)."""
+    return sorted(int(n) for label, n in (k.rsplit("@", 1) for k in pairs) if label == method)
+
+
+def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, int] | None = None) -> dict:
     """``{"records", "retrieval", "effective", "reference"}`` from the finished cells."""
     from posenc.hf.suite.score import effective_length
 
@@ -149,30 +154,36 @@ def aggregate(preset, m, store, *, skipped: dict, name: str) -> dict:
     effective = {}
     for method in preset.methods:
         scores = {r["eval_len"]: r["retrieval"]["value"] for r in records if r["method"] == method}
-        left_out = sorted(int(k.split("@")[1]) for k in skipped if k.split("@")[0] == method)
+        left_out = _lengths_of(method, skipped)
+        unfinished = _lengths_of(method, missing or {})
         eff = effective_length(scores, threshold) if threshold is not None and scores else None
         effective[method] = {"effective_length": eff, "scores": {str(k): v for k, v in sorted(scores.items())},
-                             "left_out": left_out, "complete": not left_out and len(scores) == len(preset.lengths)}
+                             "left_out": left_out, "unfinished": unfinished,
+                             "complete": not left_out and not unfinished and len(scores) == len(preset.lengths)}
     reference = {"method": base, "length": preset.reference_length, "retrieval": ref, "kinds": list(kinds),
                  "fraction": preset.threshold, "threshold": threshold}
     return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference}
 
 
-def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float) -> dict:
-    """Aggregate, then write ``results.json`` and the report into ``out`` (atomically). Returns the results."""
+def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float,
+                  missing: dict[str, int] | None = None) -> dict:
+    """Aggregate, then write ``results.json`` and the report into ``out`` (atomically). Returns the results.
+
+    ``missing``: ``{"method@length": unfinished cells}`` of a report written before the run finished
+    (``meta["complete"]`` is False while any is left)."""
     from posenc.hf.source import describe_source
     from posenc.hf.suite.report import write_report
     from posenc.lab.atomic import atomic_write_bytes
 
     name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
-    body = aggregate(preset, m, store, skipped=skipped, name=name)
+    body = aggregate(preset, m, store, skipped=skipped, name=name, missing=missing)
     cells = [v for method in preset.methods for n in sorted(preset.lengths)
              for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
     total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
-            "left_out": skipped, "cells": len(cells), "cell_seconds_total": round(total, 1),
-            "this_sitting_seconds": round(run_seconds, 1)}
+            "left_out": skipped, "missing": dict(missing or {}), "complete": not missing, "cells": len(cells),
+            "cell_seconds_total": round(total, 1), "this_sitting_seconds": round(run_seconds, 1)}
     results = {"meta": meta, **body}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "results.json", json.dumps(results, indent=1, default=str).encode())
