@@ -224,7 +224,8 @@ def test_presets_are_valid_and_documented():
     kinds = {g for c in full.contexts for g in c.generators}
     assert kinds == {"niah", "passkey", "mv", "vt", "cwe"}
     tuned = SUITE_PRESETS["smollm2_tune16k"]  # shares smollm2_full's cells: same contexts, its rows but the tuned one
-    assert tuned.contexts == full.contexts and set(tuned.methods) - set(full.methods) == {"longrope@tune16k"}
+    assert tuned.contexts == full.contexts and set(tuned.methods) - set(full.methods) == {"longrope@tune16k",
+                                                                                       "longrope@engine16k"}
     with pytest.raises(ValueError, match="first method"):
         SuitePreset("x", "y", methods=("yarn",), contexts=short.contexts)
     with pytest.raises(ValueError, match="reference_length"):

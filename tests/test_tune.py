@@ -334,7 +334,9 @@ def test_the_committed_16k_tune_is_what_the_suite_rows_run():
     assert win == rows[0] and win["method"] == "selfextend"
     assert win["params"] == method_params("selfextend", 8192, 16384, 64, 1e5, {})
     best_longrope = next(r for r in rows if r["method"] == "longrope")
-    assert SUITE_PRESETS["smollm2_tune16k"].params["longrope@tune16k"] == best_longrope["params"]
+    tuned = SUITE_PRESETS["smollm2_tune16k"].params
+    assert tuned["longrope@tune16k"] == best_longrope["params"]
+    assert tuned["longrope@engine16k"] == {**best_longrope["params"], "native": False, "step": 512}
     for r in rows:
         if r["method"] == "longrope":
             assert is_monotone(r["params"]["long_factor"], 4.0)

@@ -13,7 +13,10 @@
 - ``smollm2_tune16k``: the LongRoPE factors ``posenc tune`` found for 16k (the best native candidate; the tune's
   winner, SelfExtend at its per-length defaults, is the suite's own ``selfextend`` row) beside the untouched model,
   YaRN and SelfExtend at 8k and 16k, on ``smollm2_full``'s contexts: run with ``--cells`` pointing at a
-  ``smollm2_full`` run's cells, only the tuned row is computed.
+  ``smollm2_full`` run's cells, only the tuned rows are computed. Two tuned rows: ``longrope@tune16k`` as
+  transformers serves the factors (the set chosen by sequence length, cached keys kept as they were rotated),
+  ``longrope@engine16k`` the same factors on posenc's engine (``native=False``: a dynamic schedule recomputed every
+  512 positions, whose cached decoding equals the full forward).
 
 Contexts: a book context (Gutenberg prose) holding the multi-key/multi-query needles and ending with a 512-token
 target passage (perplexity), pass-key contexts in Landmark's noise haystack (the one retrieval task this 135M
@@ -64,8 +67,9 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
                 "duo": {"streaming": "calibrate"}}),
     SuitePreset(
         "smollm2_tune16k", "SmolLM2-135M: posenc tune's 16k LongRoPE factors next to the untouched model, YaRN and "
-        "SelfExtend (the tune's winner) at 8k and 16k on smollm2_full's contexts; ~10 min with --cells of a "
-        "smollm2_full run that holds the other rows", lengths=(8192, 16384),
-        methods=("none", "yarn", "selfextend", "longrope@tune16k"), contexts=_FULL_CONTEXTS, reference_length=8192,
-        params={"longrope@tune16k": _TUNED_LONGROPE_16K}),
+        "SelfExtend (the tune's winner) at 8k and 16k on smollm2_full's contexts, as transformers serves the factors "
+        "and on posenc's engine; ~30 min with --cells of a smollm2_full run that holds the other rows", lengths=(8192, 16384),
+        methods=("none", "yarn", "selfextend", "longrope@tune16k", "longrope@engine16k"), contexts=_FULL_CONTEXTS,
+        reference_length=8192, params={"longrope@tune16k": _TUNED_LONGROPE_16K,
+                                       "longrope@engine16k": {**_TUNED_LONGROPE_16K, "native": False, "step": 512}}),
 )}
