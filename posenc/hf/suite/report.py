@@ -133,11 +133,16 @@ def plot_effective(results: dict, path: Path) -> Path:
     values = [eff.get(m, {}).get("effective_length") or 0 for m in methods]
     fig, (ax,) = new_figure(8, 0.32 * len(methods) + 1.6)
     colors = _colors(methods)
-    ax.barh(range(len(methods)), [max(v, 1) for v in values], color=[colors[m] for m in methods])
+    unfinished = [bool(eff.get(m, {}).get("unfinished")) for m in methods]  # a report of a run not ended yet
+    bars = ax.barh(range(len(methods)), [max(v, 1) for v in values], color=[colors[m] for m in methods])
+    for bar, open_ in zip(bars, unfinished):
+        if open_:
+            bar.set_hatch("//")
+            bar.set_alpha(0.5)
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [_k(n) for n in lengths])
     ax.set_xlim(lengths[0] / 2, lengths[-1] * 1.3)
-    ax.set_yticks(range(len(methods)), methods)
+    ax.set_yticks(range(len(methods)), [m + (" (not finished)" if o else "") for m, o in zip(methods, unfinished)])
     ax.invert_yaxis()
     train = results["meta"].get("train_len")
     if train:
