@@ -68,7 +68,8 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
     SuitePreset(
         "smollm2_tune16k", "SmolLM2-135M: posenc tune's 16k LongRoPE factors next to the untouched model, YaRN and "
         "SelfExtend (the tune's winner) at 8k and 16k on smollm2_full's contexts, as transformers serves the factors "
-        "and on posenc's engine; ~30 min with --cells of a smollm2_full run that holds the other rows", lengths=(8192, 16384),
+        "and on posenc's engine; ~30 min with --cells of a smollm2_full run that holds the other rows",
+        lengths=(8192, 16384),
         methods=("none", "yarn", "selfextend", "longrope@tune16k", "longrope@engine16k"), contexts=_FULL_CONTEXTS,
         reference_length=8192, params={"longrope@tune16k": _TUNED_LONGROPE_16K,
                                        "longrope@engine16k": {**_TUNED_LONGROPE_16K, "native": False, "step": 512}}),
