@@ -26,20 +26,15 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from posenc.hf.suite.spec import ContextSpec, ModelFacts, SuitePreset, cell_key, load_facts, method_params, plan
+from posenc.hf.suite.spec import ContextSpec, ModelFacts, SuitePreset, load_facts, plan
 
 __all__ = ["ContextSpec", "SuitePreset", "plan", "run_suite"]
 
 def _answers(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> list[dict]:
     """Every finished answer of ``method`` at ``length``."""
-    out = []
-    params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
-    for spec in preset.contexts:
-        for s in spec.seed_range:
-            v = store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat))
-            if v is not None:
-                out += v["answers"]
-    return out
+    from posenc.hf.suite.results import _cells_of
+
+    return [a for _, _, v in _cells_of(store, m, preset, method, length) for a in v["answers"]]
 
 
 def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> float | None:
@@ -54,10 +49,11 @@ def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, leng
 
 def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> int:
     """How many cells of ``method`` at ``length`` are not finished."""
-    params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
-    return sum(store.get(cell_key(m.model_id, method, params, length, spec, s, preset.chat)) is None
-               for spec in preset.contexts if spec.max_length is None or length <= spec.max_length
-               for s in spec.seed_range)
+    from posenc.hf.suite.results import _cells_of
+
+    planned = sum(len(spec.seed_range) for spec in preset.contexts
+                  if spec.max_length is None or length <= spec.max_length)
+    return planned - len(_cells_of(store, m, preset, method, length))
 
 
 def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
