@@ -266,14 +266,8 @@ def _streaming_default(L, n, head_dim, base):
 
 
 def _string_default(L, n, head_dim, base):
-    """STRING at ``n``: the authors' shift (a third of L) and local window, the shift raised so that the largest
-    relative position of the shifted piece, ``n - 1 - S + W``, stays below L.
-
-    The diagonal piece keeps every distance below S at its true value, so both pieces stay below L only while
-    ``n - L + W <= S <= L``, that is for ``n <= 2L - W``: STRING alone is an extension to at most about twice the
-    trained length. Past that no shift keeps every relative position trained; this rule keeps the shifted piece
-    trained and lets the diagonal one reach ``n - L + W - 1`` (at 4L, about 3L: the suite's 32k row on an 8k model
-    shows what that costs)."""
+    """STRING at ``n``: local window W, shift S = L // 3 raised so that ``n - 1 - S + W < L``; the diagonal piece
+    (d < S) also stays below L only while ``n <= 2L - W`` (past it no S can: it reaches ``n - L + W - 1``)."""
     local = _string_local(L)
     return {"shift": min(max(L // 3, n - L + local, local, 1), max(n - 1, 1)), "local": local}
 
