@@ -54,3 +54,34 @@ def test_separated_needs_both_intervals_apart():
     assert separated(a, b) and separated(b, a)
     assert not separated(a, Interval(0.3, 0.25, 0.4, 10))
     assert not separated(a, Interval(0.9, math.nan, math.nan, 1))
+
+
+def test_paired_difference_matches_newcombe_and_the_contingencytables_package():
+    """Newcombe's method 10 on the table [[59, 6], [16, 80]]: -0.0621 [-0.1186, -0.0046], the value the R package
+    contingencytables (Fagerland, Lydersen and Laake's book, chapter 8) tests for its square-and-add interval."""
+    from posenc.lab.stats import paired_difference
+
+    a = [True] * 59 + [True] * 6 + [False] * 16 + [False] * 80
+    b = [True] * 59 + [False] * 6 + [True] * 16 + [False] * 80
+    d = paired_difference(a, b)
+    assert (round(d.value, 4), round(d.lo, 4), round(d.hi, 4), d.n) == (-0.0621, -0.1186, -0.0046, 161)
+    # swapping the two rows mirrors the interval; the correlation narrows it against two unpaired samples
+    r = paired_difference(b, a)
+    assert (r.value, r.lo, r.hi) == pytest.approx((-d.value, -d.hi, -d.lo))
+    ua, ub = wilson(65, 161), wilson(75, 161)
+    unpaired = (ua.value - ub.value) - math.sqrt((ua.value - ua.lo) ** 2 + (ub.hi - ub.value) ** 2)
+    assert d.lo > unpaired
+
+
+def test_paired_difference_small_n_edges_and_errors():
+    from posenc.lab.stats import paired_difference
+
+    same = paired_difference([True, False, True, True], [True, False, True, True])
+    assert same.value == 0 and same.lo < 0 < same.hi  # equal outcomes still leave an interval around 0
+    best = paired_difference([True] * 4, [False] * 4)
+    assert best.value == 1 and best.hi == 1 and 0 < best.lo < 1  # 4 of 4 against 0 of 4 is separated from 0
+    two = paired_difference([True] * 4, [True, True, False, False])
+    assert two.value == 0.5 and two.lo < 0 < two.hi  # 4/4 against 2/4 on 4 trials is not
+    assert math.isnan(paired_difference([], []).lo)
+    with pytest.raises(ValueError, match="same trials"):
+        paired_difference([True], [True, False])

@@ -7,7 +7,9 @@
 - a mean over a few independent repeats (seeds, evaluation windows): Student's t interval
   ``mean +- t_{1-a/2, n-1} s / sqrt(n)`` (``s`` the sample standard deviation);
 - perplexity: the interval of the mean *loss* (log-perplexity), exponentiated, so the centre is the geometric
-  mean of the perplexities and the interval is never negative (:func:`ppl_interval`).
+  mean of the perplexities and the interval is never negative (:func:`ppl_interval`);
+- the difference of two accuracies measured on the *same* trials (two methods answering the same queries):
+  Newcombe's square-and-add interval for paired proportions (:func:`paired_difference`).
 
 :func:`separated` is the rule the reports use: two estimates differ only when their intervals do not overlap.
 Everything here is plain Python (``math``, ``statistics``): no SciPy at run time.
@@ -20,7 +22,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Interval", "mean_interval", "ppl_interval", "separated", "t_quantile", "wilson", "z_quantile"]
+__all__ = ["Interval", "mean_interval", "paired_difference", "ppl_interval", "separated", "t_quantile", "wilson",
+           "z_quantile"]
 
 CONF = 0.95
 
@@ -143,6 +146,45 @@ def ppl_interval(losses: Sequence[float], conf: float = CONF, over: str = "seeds
     i = mean_interval(losses, conf, over)
     return Interval(math.exp(i.value), math.exp(i.lo) if i.known else math.nan,
                     math.exp(i.hi) if i.known else math.nan, i.n, conf, over)
+
+
+def paired_difference(a: Sequence[bool], b: Sequence[bool], conf: float = CONF) -> Interval:
+    """Interval of ``p_a - p_b``, the difference of two accuracies over the same ``n`` trials (``a[i]`` and
+    ``b[i]`` are the two outcomes of trial ``i``): Newcombe's method 10 (Newcombe 1998, Statistics in Medicine
+    17:2635-2650), the square-and-add of the two Wilson intervals with the paired correlation.
+
+    With the 2x2 counts ``e`` (both right), ``f`` (a only), ``g`` (b only), ``h`` (neither), ``p_a = (e + f) / n``,
+    ``p_b = (e + g) / n``, their Wilson intervals ``[l_a, u_a]``, ``[l_b, u_b]``, and the continuity-corrected
+    correlation ``phi = C / sqrt((e + f)(g + h)(e + g)(f + h))`` where ``C = eh - fg - n/2`` if ``eh - fg > n/2``,
+    ``eh - fg`` if it is negative, else 0 (``phi = 0`` when a margin is empty):
+
+        lo = (p_a - p_b) - sqrt((p_a - l_a)^2 - 2 phi (p_a - l_a)(u_b - p_b) + (u_b - p_b)^2)
+        hi = (p_a - p_b) + sqrt((u_a - p_a)^2 - 2 phi (u_a - p_a)(p_b - l_b) + (p_b - l_b)^2)
+
+    Pairing matters: two methods that fail on the same hard needles differ less than two independent samples
+    would suggest, and the interval narrows accordingly (``phi > 0``). ``n`` = 0 gives NaN everywhere."""
+    conf = _check_conf(conf)
+    a, b = [bool(x) for x in a], [bool(x) for x in b]
+    if len(a) != len(b):
+        raise ValueError(f"a and b must hold the outcomes of the same trials, got {len(a)} and {len(b)}")
+    n = len(a)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, conf, "paired trials")
+    e = sum(x and y for x, y in zip(a, b))
+    f = sum(x and not y for x, y in zip(a, b))
+    g = sum(y and not x for x, y in zip(a, b))
+    h = n - e - f - g
+    ia, ib = wilson(e + f, n, conf), wilson(e + g, n, conf)
+    margins = (e + f) * (g + h) * (e + g) * (f + h)
+    cross = e * h - f * g
+    c = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    phi = c / math.sqrt(margins) if margins else 0.0
+    pa, pb = ia.value, ib.value
+    lo_sq = (pa - ia.lo) ** 2 - 2 * phi * (pa - ia.lo) * (ib.hi - pb) + (ib.hi - pb) ** 2
+    hi_sq = (ia.hi - pa) ** 2 - 2 * phi * (ia.hi - pa) * (pb - ib.lo) + (pb - ib.lo) ** 2
+    d = pa - pb
+    return Interval(d, max(-1.0, d - math.sqrt(max(lo_sq, 0.0))), min(1.0, d + math.sqrt(max(hi_sq, 0.0))), n, conf,
+                    "paired trials")
 
 
 def separated(a: Interval, b: Interval) -> bool:

@@ -9,7 +9,8 @@
   completed over several sittings. Every cell of ``smollm2`` is a cell of ``smollm2_full`` (same key), so a full run
   holds the short one. Contexts per cell: one book context and four pass-key seeds up to 16k, the aggregation
   context up to 8k, one book and two pass-key contexts at 32k, where a method runs only if its retrieval at 16k
-  reached the threshold (a 32k prefill costs about four times a 16k one).
+  reached the threshold (a 32k prefill costs about four times a 16k one). Every row is compared with SelfExtend,
+  DCA and YaRN query by query at 16k and 32k (paired differences with intervals).
 - ``smollm2_tune16k``: the LongRoPE factors ``posenc tune`` found for 16k (the best native candidate; the tune's
   winner, SelfExtend at its per-length defaults, is the suite's own ``selfextend`` row) beside the untouched model,
   YaRN and SelfExtend at 8k and 16k, on ``smollm2_full``'s contexts: run with ``--cells`` pointing at a
@@ -62,7 +63,7 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
                  "dca", "dca@chunkllama", "dca@qwen", "string", "resonance", "resonance+yarn", "rerope+logn",
                  "ntk_mixed+logn", "lm_infinite", "sliding_window", "retrieval", "duo"),
         contexts=_FULL_CONTEXTS,
-        reference_length=8192, prune_from=32768,
+        reference_length=8192, prune_from=32768, compare_to=("selfextend", "dca", "yarn"),
         params={**_DYNAMIC_STEP, "dca@chunkllama": {"temperature": "chunkllama"}, "dca@qwen": {"temperature": "qwen"},
                 "duo": {"streaming": "calibrate"}}),
     SuitePreset(

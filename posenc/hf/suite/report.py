@@ -3,7 +3,8 @@
 What a reader sees first: the headline figure (effective length per method, with the reference it is judged
 against), then the method x length table (perplexity of the same target tokens, retrieval with its Wilson 95%
 interval and n), the cost table (seconds per prefill, peak memory, decode speed), accuracy by needle depth
-(heatmaps) and per task kind, and last the run's details (machine, load, what was left out).
+(heatmaps) and per task kind, the paired differences against the preset's comparison rows past the trained length
+(the same queries, Newcombe's paired interval), and last the run's details (machine, load, what was left out).
 Every table is built once as rows (:class:`Table`) and rendered to both Markdown and HTML.
 """
 
@@ -115,6 +116,32 @@ def task_table(results: dict, length: int) -> Table:
     chance = {k: next((r["tasks"][k]["chance"] for r in results["records"] if k in r.get("tasks", {})), None)
               for k in kinds}
     return Table(("method", *[f"{k} (chance {chance[k]:.2g})" for k in kinds]), tuple(rows))
+
+
+def comparison_tables(results: dict) -> list[tuple[int, Table]]:
+    """Per length past the trained one: each row's retrieval minus each comparison row's, on the same queries,
+    ``+0.50 [-0.10, 0.85] (2-0 of 4)``: the difference, Newcombe's paired 95% interval, the queries only this
+    row / only the other got right, and the pairs."""
+    comps = results.get("comparisons") or []
+    out = []
+    for n in sorted({c["length"] for c in comps}):
+        at = [c for c in comps if c["length"] == n]
+        versus = list(dict.fromkeys(c["versus"] for c in at))
+        by = {(c["method"], c["versus"]): c for c in at}
+        rows = []
+        for m in dict.fromkeys(c["method"] for c in at):
+            cells = []
+            for v in versus:
+                c = by.get((m, v))
+                cells.append("-" if c is None or not c["n"] else f"{c['value']:+.2f} [{c['lo']:+.2f}, "
+                             f"{c['hi']:+.2f}] ({c['wins']}-{c['losses']} of {c['n']})")
+            rows.append((m, *cells))
+        out.append((n, Table(("method", *[f"minus {v}" for v in versus]), tuple(rows))))
+    return out
+
+
+_COMPARISON_TITLE = ("Paired differences in retrieval at {n} (this row minus the column's row on the same queries; "
+                     "Newcombe's paired 95% interval; wins-losses of n)")
 
 
 # ------------------------------------------------------------------------------------------------ plots
@@ -239,17 +266,20 @@ def _sections(results: dict) -> list[tuple[str, Table | str]]:
     ]
     for n in lengths[-2:]:
         out.append((f"Accuracy per task kind at {_k(n)} (exact match, 95% Wilson interval, n)", task_table(results, n)))
+    out += [(_COMPARISON_TITLE.format(n=_k(n)), t) for n, t in comparison_tables(results)]
     return out
 
 
 def readme_block(results: dict, name: str) -> str:
     """The results page's (``docs/results/smollm2.md``) copy of a committed run ``name``: its summary, the
-    method x length table and the cost table, rendered from ``results.json`` exactly as ``report.md`` renders
+    method x length table, the cost table and the paired differences, rendered from ``results.json`` exactly as
+    ``report.md`` renders
     them, between :data:`README_MARKS` (the name is historical: the block lived in the README)."""
     begin, end = (m.format(name=name) for m in README_MARKS)
-    body = [begin, "", *_summary(results), "", main_table(results).markdown(), "", cost_table(results).markdown(), "",
-            end]
-    return "\n".join(body)
+    body = [begin, "", *_summary(results), "", main_table(results).markdown(), "", cost_table(results).markdown(), ""]
+    for n, table in comparison_tables(results):
+        body += [_COMPARISON_TITLE.format(n=_k(n)) + ":", "", table.markdown(), ""]
+    return "\n".join(body + [end])
 
 
 def render_markdown(results: dict, images: list[Path]) -> str:

@@ -15,6 +15,12 @@ model's name, ``passkey`` the pass-key accuracy):
 - cost: ``prefill_s`` (mean seconds per prefill), ``peak_rss_mb`` (largest process peak during a prefill),
   ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load).
 
+Paired differences (``comparisons``, when the preset names ``compare_to`` rows): past the trained length, every
+row against each of those rows on the queries both answered (the same contexts, seeds and needles: a query is its
+context, seed and place in the cell), informative kinds only, with Newcombe's paired 95% interval
+(:func:`posenc.lab.stats.paired_difference`). Pairing is what makes n = 4 say anything: two rows that miss the same
+needle differ by nothing on it.
+
 Retrieval records (:class:`posenc.lab.records.RetrievalRecord`): per query kind, method, length and depth fifth,
 with the mean needle distance. ``effective``: per method the longest length whose retrieval stays at or above
 ``threshold`` x the untouched model's retrieval at ``reference_length``
@@ -30,7 +36,7 @@ from pathlib import Path
 
 from posenc.hf.suite.tasks import QUERY_KINDS, RETRIEVAL_KINDS
 
-__all__ = ["aggregate", "informative_kinds", "write_results"]
+__all__ = ["aggregate", "informative_kinds", "paired_differences", "write_results"]
 DEPTH_BINS = 5
 
 
@@ -129,13 +135,47 @@ def _depth_records(name: str, m, method: str, n: int, cells: list[tuple]) -> lis
     return out
 
 
+def _queries(cells: list[tuple], kinds) -> dict[tuple, dict]:
+    """The informative answers of a row's cells keyed by query: (context, seed, place in the cell)."""
+    return {(spec.name, s, i): a for spec, s, v in cells for i, a in enumerate(v["answers"])
+            if a["kind"] in kinds}
+
+
+def paired_differences(preset, m, store, kinds) -> list[dict]:
+    """Per length past the trained one, each row against each ``preset.compare_to`` row: ``value`` = the row's
+    retrieval minus the other's over the queries both answered, ``lo``/``hi`` Newcombe's paired interval, ``n``
+    the pairs, ``wins``/``losses`` the queries only the row / only the other got right."""
+    from posenc.lab.stats import paired_difference
+
+    out = []
+    for n in sorted(x for x in preset.lengths if x > m.train_len):
+        rows = {method: _queries(_cells_of(store, m, preset, method, n), kinds) for method in preset.methods}
+        for versus in preset.compare_to:
+            for method in preset.methods:
+                if method == versus or not rows[method] or not rows[versus]:
+                    continue
+                both = sorted(set(rows[method]) & set(rows[versus]))
+                for q in both:
+                    if rows[method][q]["depth"] != rows[versus][q]["depth"]:
+                        raise ValueError(f"query {q} of {method} and {versus} at {n} hides its needle at different "
+                                         "depths: the cells do not hold the same contexts")
+                a = [rows[method][q]["correct"] for q in both]
+                b = [rows[versus][q]["correct"] for q in both]
+                d = paired_difference(a, b)
+                out.append({"length": n, "method": method, "versus": versus, "n": d.n, "value": d.value,
+                            "lo": d.lo if d.n else None, "hi": d.hi if d.n else None,
+                            "wins": sum(x and not y for x, y in zip(a, b)),
+                            "losses": sum(y and not x for x, y in zip(a, b))})
+    return out
+
+
 def _lengths_of(method: str, pairs) -> list[int]:
     """The lengths of ``method`` among ``"method@length"`` keys (a row label may hold ``@`` itself)."""
     return sorted(int(n) for label, n in (k.rsplit("@", 1) for k in pairs) if label == method)
 
 
 def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, int] | None = None) -> dict:
-    """``{"records", "retrieval", "effective", "reference"}`` from the finished cells."""
+    """``{"records", "retrieval", "effective", "reference", "comparisons"}`` from the finished cells."""
     from posenc.hf.suite.score import effective_length
 
     base = preset.methods[0]  # the untouched model
@@ -162,7 +202,8 @@ def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, 
                              "complete": not left_out and not unfinished and len(scores) == len(preset.lengths)}
     reference = {"method": base, "length": preset.reference_length, "retrieval": ref, "kinds": list(kinds),
                  "fraction": preset.threshold, "threshold": threshold}
-    return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference}
+    return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference,
+            "comparisons": paired_differences(preset, m, store, kinds)}
 
 
 def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float,

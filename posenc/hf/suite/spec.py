@@ -44,7 +44,9 @@ class ContextSpec:
 class SuitePreset:
     """Everything a suite run depends on (module docstring). ``reference_length``: the untouched model's
     retrieval there is the reference; ``threshold``: the fraction of it a method must keep for a length to count
-    as effective; ``params``: fixed parameters per method spec, on top of the per-length ones."""
+    as effective; ``params``: fixed parameters per method spec, on top of the per-length ones; ``compare_to``: rows
+    every other row is compared with, query by query, past the trained length (paired differences in retrieval,
+    :func:`posenc.hf.suite.results.paired_differences`)."""
 
     name: str
     description: str
@@ -58,6 +60,7 @@ class SuitePreset:
     params: dict = field(default_factory=dict)
     chat: bool = False
     threads: int | None = None
+    compare_to: tuple[str, ...] = ()
 
     def __post_init__(self):
         from posenc.scheme.methods import is_identity
@@ -70,6 +73,9 @@ class SuitePreset:
             raise ValueError("a suite needs at least one context")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        unknown = [c for c in self.compare_to if c not in self.methods]
+        if unknown:
+            raise ValueError(f"compare_to names rows that are not methods of the preset: {unknown}")
 
     def to_dict(self) -> dict:
         return asdict(self)
