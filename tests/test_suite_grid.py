@@ -230,3 +230,24 @@ def test_presets_are_valid_and_documented():
         SuitePreset("x", "y", methods=("yarn",), contexts=short.contexts)
     with pytest.raises(ValueError, match="reference_length"):
         SuitePreset("x", "y", lengths=(1024,), reference_length=4096, contexts=short.contexts)
+
+
+def test_the_paired_preset_adds_only_new_pass_keys_at_16k_to_the_full_runs_cells():
+    """``smollm2_paired16k`` reads ``smollm2_full``'s cells: every cell they both plan has the same key (same
+    parameters per row), and what it adds is pass-key seeds 4-11 at 16k, none of which the full run has."""
+    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.hf.suite.spec import cell_key, method_params, plan
+
+    full, paired = SUITE_PRESETS["smollm2_full"], SUITE_PRESETS["smollm2_paired16k"]
+    assert set(paired.methods) <= set(full.methods) and set(paired.compare_to) <= set(paired.methods)
+
+    def keys(preset):  # cell key -> (length, seed) of the cells the preset plans for the paired rows
+        return {repr(cell_key("m", meth, method_params(meth, 8192, n, 64, 1e5, preset.params), n, spec, s, False)):
+                (n, s) for n, meth, spec, s in plan(preset) if meth in paired.methods and n in paired.lengths}
+
+    ours, theirs = keys(paired), keys(full)
+    added = [ours[k] for k in set(ours) - set(theirs)]
+    assert sorted(added) == sorted((16384, s) for s in range(4, 12) for _ in paired.methods)
+    assert set(theirs) <= set(ours)  # every full-run cell of these rows at 8k and 16k is one of the paired preset's
+    extra = paired.contexts[-1]
+    assert not extra.used_at(8192) and extra.used_at(16384) and extra.used_at(32768)

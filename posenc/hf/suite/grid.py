@@ -51,8 +51,7 @@ def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: 
     """How many cells of ``method`` at ``length`` are not finished."""
     from posenc.hf.suite.results import _cells_of
 
-    planned = sum(len(spec.seed_range) for spec in preset.contexts
-                  if spec.max_length is None or length <= spec.max_length)
+    planned = sum(len(spec.seed_range) for spec in preset.contexts if spec.used_at(length))
     return planned - len(_cells_of(store, m, preset, method, length))
 
 

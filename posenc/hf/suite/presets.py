@@ -18,6 +18,11 @@
   transformers serves the factors (the set chosen by sequence length, cached keys kept as they were rotated),
   ``longrope@engine16k`` the same factors on posenc's engine (``native=False``: a dynamic schedule recomputed every
   512 positions, whose cached decoding equals the full forward).
+- ``smollm2_paired16k``: the rows that extend at 16k (SelfExtend, DCA, YaRN, STRING, InfLLM-style retrieval,
+  Resonance+YaRN, DCA with Qwen2.5-1M's temperature) with 8 more pass keys at 16k (seeds 4-11, so n = 12 with
+  ``smollm2_full``'s four), each compared with SelfExtend, DCA and YaRN on the same keys: the preset that says by
+  how much one method beats another. Run with ``--cells`` pointing at a ``smollm2_full`` run's cells (only the new
+  seeds and the rows' missing cells are computed): ~2 h on 2 idle cores.
 
 Contexts: a book context (Gutenberg prose) holding the multi-key/multi-query needles and ending with a 512-token
 target passage (perplexity), pass-key contexts in Landmark's noise haystack (the one retrieval task this 135M
@@ -42,6 +47,8 @@ _SHORT = ("none", "yarn", "selfextend", "streaming_llm")
 _FULL_CONTEXTS = (_BOOK, ContextSpec("noise", ("passkey",), seeds=2),
                   ContextSpec("noise", ("passkey",), seeds=2, first_seed=2, max_length=16384),
                   ContextSpec("noise", ("mv", "vt", "cwe"), seeds=1, max_length=8192))
+
+_PAIRED = ("none", "selfextend", "dca", "yarn", "string", "retrieval", "resonance+yarn", "dca@qwen")
 
 # posenc tune smollm2 --length 16384 --budget 32 (benchmarks/results/tune-smollm2-16k/results.json): its best LongRoPE
 # factor vector (a mutation of the first population; 5th of the 16 candidates, second to SelfExtend at its defaults)
@@ -74,4 +81,10 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
         methods=("none", "yarn", "selfextend", "longrope@tune16k", "longrope@engine16k"), contexts=_FULL_CONTEXTS,
         reference_length=8192, params={"longrope@tune16k": _TUNED_LONGROPE_16K,
                                        "longrope@engine16k": {**_TUNED_LONGROPE_16K, "native": False, "step": 512}}),
+    SuitePreset(
+        "smollm2_paired16k", "SmolLM2-135M: the rows that extend at 16k with 8 more pass keys there (n = 12), "
+        "compared key by key with SelfExtend, DCA and YaRN; ~2 h with --cells of a smollm2_full run",
+        lengths=(8192, 16384), methods=_PAIRED,
+        contexts=(*_FULL_CONTEXTS, ContextSpec("noise", ("passkey",), seeds=8, first_seed=4, min_length=16384)),
+        reference_length=8192, compare_to=("selfextend", "dca", "yarn"), params={"dca@qwen": {"temperature": "qwen"}}),
 )}

@@ -53,7 +53,7 @@ def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
     params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
     out = []
     for spec in preset.contexts:
-        if spec.max_length is not None and n > spec.max_length:
+        if not spec.used_at(n):
             continue
         for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat))

@@ -20,8 +20,9 @@ SUITE_VERSION = 1
 class ContextSpec:
     """One kind of context: ``haystack`` (``book`` or ``noise``) holding the needles of ``generators``; ``seeds``
     contexts of it per (method, length), seeds ``first_seed`` .. ``first_seed + seeds - 1``; ``target`` scored tokens
-    at the end (book haystacks; 0: none); ``max_length``: used only up to this length (None: every length);
-    ``options``: keyword parameters per generator (``{"niah": {"n_keys": 4}}``)."""
+    at the end (book haystacks; 0: none); ``min_length``/``max_length``: used only from / up to this length (None:
+    every length; neither is part of a cell's key); ``options``: keyword parameters per generator
+    (``{"niah": {"n_keys": 4}}``)."""
 
     haystack: str
     generators: tuple[str, ...]
@@ -30,6 +31,12 @@ class ContextSpec:
     max_length: int | None = None
     options: dict = field(default_factory=dict)
     first_seed: int = 0
+    min_length: int | None = None
+
+    def used_at(self, length: int) -> bool:
+        """Whether this context is part of a cell grid at ``length``."""
+        return (self.min_length is None or length >= self.min_length) and (
+            self.max_length is None or length <= self.max_length)
 
     @property
     def seed_range(self) -> range:
@@ -109,7 +116,7 @@ def cell_key(model_id: str, method: str, params: dict, length: int, spec: Contex
 def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
     """Every cell ``(length, method, context, seed)`` the preset may run, shortest length first."""
     return [(n, m, spec, s) for n in sorted(preset.lengths) for m in preset.methods for spec in preset.contexts
-            if spec.max_length is None or n <= spec.max_length for s in spec.seed_range]
+            if spec.used_at(n) for s in spec.seed_range]
 
 
 @dataclass
