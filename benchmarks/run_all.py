@@ -16,7 +16,7 @@ from benchmarks.common import RESULTS, write_json
 from posenc.lab.atomic import atomic_write_text
 
 MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation",
-           "bench_real_model", "bench_jobs")
+           "bench_real_model", "bench_jobs", "bench_retrieval")
 
 
 def _fmt(v) -> str:

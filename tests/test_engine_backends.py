@@ -47,6 +47,8 @@ CASES = {
                  dict(scheme=_preset("alibi"), key_mask=torch.ones(1, 80, dtype=torch.bool))),
     "sinks": (dict(scheme=_preset("streaming_llm", window=20, n_sinks=2)), dict(scheme=_preset("rope"))),
     "chunks": (dict(scheme=_preset("dca", chunk=24, local=4)), dict(scheme=_preset("rerope", window=16))),
+    "retrieved": (dict(scheme=_preset("retrieval", window=16, n_sinks=2, block=4, top_k=2)),
+                  dict(scheme=_preset("rerope", window=16))),
 }
 
 
@@ -63,9 +65,9 @@ def test_why_not_says_why(name):
 def test_auto_order_is_the_documented_one():
     assert [(r.backend, r.prefer is None) for r in AUTO_ORDER] == [
         ("toeplitz", False), ("sinks", False), ("sdpa", False), ("flex", False), ("band", False),
-        ("sinks", False), ("chunks", False), ("blockwise", False), ("band", False), ("chunks", False),
-        ("reference", True)]
-    assert [r.backend for r in FALLBACKS["flex"]] == ["band", "sinks", "chunks", "blockwise"]
+        ("sinks", False), ("chunks", False), ("retrieved", False), ("blockwise", False), ("band", False),
+        ("chunks", False), ("retrieved", False), ("reference", True)]
+    assert [r.backend for r in FALLBACKS["flex"]] == ["band", "sinks", "chunks", "retrieved", "blockwise"]
     assert [r.backend for r in FALLBACKS["sdpa"]] == ["blockwise"]
     assert FALLBACKS["toeplitz"] == AUTO_ORDER[2:]
 
@@ -86,6 +88,10 @@ def test_auto_order_is_the_documented_one():
     (_preset("dca", chunk=24, local=4), dict(N=300), "auto", "chunks"),
     (_preset("dca", chunk=24, local=4), {}, "flex", "chunks"),
     (_preset("dca", chunk=24, local=4), dict(grad=True), "chunks", "blockwise"),
+    (_preset("retrieval", window=16, n_sinks=2, block=4, top_k=2), dict(N=300), "auto", "retrieved"),
+    (_preset("retrieval", window=16, n_sinks=2, block=4, top_k=2), dict(N=300, Nq=1), "auto", "retrieved"),
+    (_preset("retrieval", window=16, n_sinks=2, block=4, top_k=2), dict(grad=True), "retrieved", "blockwise"),
+    (_preset("duo", streaming=[1]), dict(N=300), "auto", "blockwise"),
 ])
 def test_choice(scheme, kw, impl, expected):
     backend, declined = choose_backend(_call(scheme, **kw), impl)

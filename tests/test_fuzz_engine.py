@@ -104,13 +104,13 @@ class Case:
         return (_sinks_reason(BY_NAME[name], call) or BY_NAME[name].why_not(call)) is None
 
     def direct_paths(self):
-        """The band merge, chunk merge and sinks + window backends run directly whenever their own ``why_not``
-        says they apply (``auto`` reaches them only from 64 queries on or for a few queries, and through ``flex``
-        only past 256 x 256)."""
+        """The band merge, chunk merge, retrieved-keys and sinks + window backends run directly whenever their own
+        ``why_not`` says they apply (``auto`` reaches them only from 64 queries on or for a few queries, and
+        through ``flex`` only past 256 x 256)."""
         out = {}
         with torch.no_grad():
             call = self.call()
-            for name in ("band", "chunks", "sinks"):
+            for name in ("band", "chunks", "sinks", "retrieved"):
                 if self.applies(name, call):
                     out[name] = run_backend(BY_NAME[name], call)
         return out
@@ -172,6 +172,11 @@ def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, sinks=Fals
 @example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("streaming_llm", {"window": 20})))
 @example(case=_pinned("rope", 4, 90, [0, 0], H=6, Hk=1, train_len=16, method=("sliding_window", {"window": 20})))
 @example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("dynamic_ntk", {})))
+# InfLLM-style retrieval on the retrieved-keys backend: a long call (far tiles, GQA) and a decode step
+@example(case=_pinned("rope", 90, 90, [0, 0], H=6, Hk=2, train_len=16,
+                      method=("retrieval", {"window": 8, "n_sinks": 2, "block": 4, "top_k": 2})))
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=3, train_len=16,
+                      method=("retrieval", {"window": 8, "n_sinks": 1, "block": 3, "top_k": 3, "per_head": True})))
 @settings(max_examples=examples(ci=12, fuzz=2500))
 @given(case=cases())
 def test_every_eager_path_equals_reference(case):

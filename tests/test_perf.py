@@ -127,7 +127,7 @@ def _check_json(path, name):
 
 
 @pytest.mark.parametrize("name", ["bench_rope", "bench_training", "bench_attention", "bench_compile",
-                                  "bench_generation", "bench_jobs"])
+                                  "bench_generation", "bench_jobs", "bench_retrieval"])
 def test_benchmark_quick_smoke(name, tmp_path):
     import importlib
 
@@ -142,6 +142,8 @@ def test_benchmark_quick_smoke(name, tmp_path):
         assert data["summary"]["rerope_bojone_vs_posenc_maxdiff"] < 1e-4  # the two ReRoPEs agree
         assert all("extra_mb" in m for m in data["memory"]), data["memory"]
         assert set(data["summary"]["goals"]) >= {"alibi<=1.5x_sdpa", "rerope<=2x_sdpa"}
+    if name == "bench_retrieval":  # the two posenc paths compute the same attention
+        assert data["summary"]["N=1024"]["max_abs_diff"] < 1e-5
     if name == "bench_jobs":  # the three peers, each against one job on one thread
         assert set(data["rows"]) == {"1 job x 1 thread", f"1 job x {os.cpu_count()} threads",
                                      f"{os.cpu_count()} jobs x 1 thread"}

@@ -123,6 +123,12 @@ class AttentionCall:
         """Key positions are ``0..Nk-1`` in every row (keys then rotate from a table's rows as a view)."""
         return keys_at_indices(self.k_pos)
 
+    @cached_property
+    def key_summary(self):
+        """The remap's :meth:`~posenc.parts.branches.Remap.key_summary` of this call's keys, computed once
+        however many query tiles select against them."""
+        return self.parts.remap.key_summary(self.k, self.k_pos, self.key_mask)
+
     def expanded(self) -> AttentionCall:
         """This call with keys and values repeated to the query heads (``[B,H,Nk,D]``), for the paths that read
         keys per query head (:meth:`posenc.engine.backends.base.Backend.gqa`); itself without GQA."""

@@ -155,9 +155,11 @@ AUTO_ORDER: tuple[Rule, ...] = (
     Rule("band", _route_is("flex")),
     Rule("sinks", _route_is("flex")),
     Rule("chunks", _route_is("flex")),
+    Rule("retrieved", _route_is("flex")),
     Rule("blockwise", _route_is("flex")),
     Rule("band", _few_fused),
     Rule("chunks", _few_fused),
+    Rule("retrieved", _few_fused),
     Rule("reference"),
 )
 
@@ -166,13 +168,14 @@ FALLBACKS: dict[str, tuple[Rule, ...]] = {
     "reference": (),
     "blockwise": (),
     "sdpa": (Rule("blockwise"),),
-    "flex": (Rule("band"), Rule("sinks"), Rule("chunks"), Rule("blockwise")),
+    "flex": (Rule("band"), Rule("sinks"), Rule("chunks"), Rule("retrieved"), Rule("blockwise")),
     # the auto choice without the long-query overrides: what impl="toeplitz" has always fallen back to
     # (a scheme toeplitz cannot run keeps sdpa there rather than switching to the sinks pieces)
     "toeplitz": AUTO_ORDER[2:],
     "band": (Rule("blockwise"),),
     "sinks": (Rule("blockwise"),),
     "chunks": (Rule("blockwise"),),
+    "retrieved": (Rule("blockwise"),),
 }
 
 

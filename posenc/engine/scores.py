@@ -46,13 +46,19 @@ def query_scale(parts: AttentionParts, q_pos, attn_scale: float, dtype, scale: f
     return s[:, None, :, None].to(dtype)  # [B,Nq] -> [B,1,Nq,1]
 
 
-def content_mask(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor) -> torch.Tensor | None:
+def content_mask(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor, n_keys: int | None = None
+                 ) -> torch.Tensor | None:
     """The remap's own choice of keys for queries ``q [B,H,nq,D]`` at ``qp [B,nq]`` against every key of the call
-    (``[B,H|1,nq,Nk]`` bool; :meth:`posenc.parts.remap.Remap.select`), or None when it chooses by position only."""
+    (``[B,H|1,nq,Nk]`` bool; :meth:`posenc.parts.remap.Remap.select`), or None when it chooses by position only.
+    ``n_keys``: only against the first ``n_keys`` keys (``[B,H|1,nq,n_keys]``; the choice is still made among
+    every key, through the call's key summary)."""
     remap = call.parts.remap
     if not remap.reads_content:
         return None
-    return remap.select(head_index(call.parts, q.device), q, qp, call.k, call.k_pos, call.key_mask)
+    n = call.Nk if n_keys is None else n_keys
+    mask = None if call.key_mask is None else call.key_mask[:, :n]
+    return remap.select(head_index(call.parts, q.device), q, qp, call.k[:, :, :n], call.k_pos[:, :n], mask,
+                        summary=call.key_summary)
 
 
 def softcap(parts: AttentionParts, scores):

@@ -50,17 +50,27 @@ class Remap:
     #: True when :meth:`select` restricts keys by head or by content (set on every subclass that overrides it):
     #: only backends that finish on a materialised score tile can run it.
     reads_content: bool = False
+    #: True when :meth:`select` never hides a key nearer than the near branch's window (InfLLM keeps its local
+    #: window whole): the ``retrieved`` backend then runs the near band on the fused kernel, selecting far keys only.
+    selects_far_only: bool = False
     #: multiplies every logit (STRING's attention factor squared); 1 for the others
     logit_scale: float = 1.0
 
     def branches(self) -> list[Branch]:
         return [Branch()]
 
+    def key_summary(self, k: torch.Tensor, kp: torch.Tensor, key_mask: torch.Tensor | None):
+        """What :meth:`select` reads of the keys, computed once per attention call and passed to every
+        query tile's ``select`` as ``summary`` (InfLLM's block representatives); None: nothing."""
+        return None
+
     def select(self, h: torch.Tensor, q: torch.Tensor, qp: torch.Tensor, k: torch.Tensor, kp: torch.Tensor,
-               key_mask: torch.Tensor | None) -> torch.Tensor | None:
+               key_mask: torch.Tensor | None, summary=None) -> torch.Tensor | None:
         """Keys each (head, query) may see beyond the position mask: bool broadcastable to ``[B,H,nq,Nk]``, from
         the head index ``h [1,H,1,1]``, un-rotated queries ``q [B,H,nq,D]`` at ``qp [B,nq]`` and *every* key of
-        the call ``k [B,H,Nk,D]`` at ``kp [B,Nk]`` (``key_mask [B,Nk]``: padding); None: no restriction."""
+        the call ``k [B,H,Nk,D]`` at ``kp [B,Nk]`` (``key_mask [B,Nk]``: padding), with ``summary`` =
+        :meth:`key_summary` of those keys when the caller has it (else it is computed here); None: no
+        restriction."""
         return None
 
     def relative(self, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,7 @@ class BlockRetrieval(Remap):
     name = "retrieval"
     remaps_distance = True
     reads_content = True
+    selects_far_only = True  # the local window (d < window) is always kept
 
     def __post_init__(self):
         check_positive_int("retrieval.window", self.window)
@@ -79,6 +80,9 @@ class BlockRetrieval(Remap):
         d = (qp - kp).double()
         return torch.where(d < self.window, d, torch.full_like(d, self.window))
 
+    def key_summary(self, k: torch.Tensor, kp: torch.Tensor, key_mask):
+        return self.representatives(k, kp, key_mask)
+
     def representatives(self, k: torch.Tensor, kp: torch.Tensor, key_mask):
         """``(kbar [B,H,nb,D] float64, has_keys [B,nb])``: the mean un-rotated key of each block, and whether
         the block holds a real key."""
@@ -93,8 +97,9 @@ class BlockRetrieval(Remap):
         counts = counts[:, :nb]
         return sums[:, :, :nb] / counts.clamp(min=1.0)[:, None, :, None], counts > 0
 
-    def select(self, h, q, qp, k, kp, key_mask):
-        """Visible keys ``[B,H or 1,nq,Nk]`` (see the class docstring); the causal mask is the scheme's."""
+    def select(self, h, q, qp, k, kp, key_mask, summary=None):
+        """Visible keys ``[B,H or 1,nq,Nk]`` (see the class docstring); the causal mask is the scheme's.
+        ``summary``: :meth:`representatives` of these keys, when the caller computed them once per call."""
         w, s, b = self.window, self.n_sinks, self.block
         qg, kg = qp[:, None, :, None], kp[:, None, None, :]  # [B,1,nq,1], [B,1,1,Nk]
         near = (qg - kg) < w
@@ -103,7 +108,7 @@ class BlockRetrieval(Remap):
         keep = near | (kg < s) | (blk >= complete)  # local, sinks, remainder
         if self.top_k == 0 or not bool((complete > 0).any()):
             return keep
-        kbar, has_keys = self.representatives(k, kp, key_mask)
+        kbar, has_keys = self.representatives(k, kp, key_mask) if summary is None else summary
         score = q.double() @ kbar.transpose(-1, -2)  # [B,H,nq,nb]
         if not self.per_head:
             score = score.sum(dim=1, keepdim=True)  # [B,1,nq,nb]
@@ -147,7 +152,7 @@ class DuoHeads(Remap):
         check_positive_int("duo.n_sinks", self.n_sinks, minimum=0)
         check_positive_int("duo.window", self.window)
 
-    def select(self, h, q, qp, k, kp, key_mask):
+    def select(self, h, q, qp, k, kp, key_mask, summary=None):  # noqa: ARG002 - chooses by head only
         H = q.shape[1]
         if self.streaming and max(self.streaming) >= H:
             raise ValueError(f"duo.streaming must name query heads in [0, {H}), got {list(self.streaming)}")

@@ -34,6 +34,21 @@ def candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tenso
     return None if idx.numel() == Nk else idx
 
 
+def narrow_to_chosen(idx: torch.Tensor | None, chosen: torch.Tensor):
+    """``(idx, chosen)`` cut to the candidate keys that some row of the tile chose (a remap's content choice
+    ``chosen [B,H|1,t,Nk]`` over every key; ``idx``: the mask's candidates, None for all): InfLLM's far
+    branch then costs the retrieved blocks, not every far key. Unchosen keys get probability 0 either way."""
+    cols = chosen.any(dim=0).any(dim=0).any(dim=0)  # [Nk]
+    if idx is not None:
+        keep = cols.index_select(0, idx)
+        idx = idx[keep]
+    elif bool(cols.all()):
+        return None, chosen
+    else:
+        idx = cols.nonzero().flatten()
+    return idx, chosen.index_select(-1, idx)
+
+
 def keys_sorted(k_pos) -> bool:
     return k_pos.shape[1] < 2 or bool((k_pos[:, 1:] >= k_pos[:, :-1]).all())
 
@@ -59,15 +74,19 @@ class Blockwise(Backend):
         for s in range(0, Nq, self.tile):
             e = min(Nq, s + self.tile)
             idx = candidate_keys(parts.mask.key_intervals, call.q_pos[:, s:e], k_pos, ordered)
+            chosen = content_mask(call, q[:, :, s:e], call.q_pos[:, s:e])  # [B,H|1,t,Nk] over every key, or None
+            if chosen is not None:
+                idx, chosen = narrow_to_chosen(idx, chosen)
             if idx is not None and idx.numel() == 0:
                 out[:, :, s:e] = 0
                 continue
-            out[:, :, s:e] = self._tile(call, rots, s, e, k_pos, idx)
+            out[:, :, s:e] = self._tile(call, rots, s, e, k_pos, idx, chosen)
         return out
 
     @staticmethod
-    def _tile(call: AttentionCall, rots, s: int, e: int, k_pos, idx):
-        """Output rows ``s:e`` from the candidate keys ``idx`` (None: all keys)."""
+    def _tile(call: AttentionCall, rots, s: int, e: int, k_pos, idx, chosen):
+        """Output rows ``s:e`` from the candidate keys ``idx`` (None: all keys), with the remap's content
+        choice ``chosen`` over those keys (None: none)."""
         parts, q = call.parts, call.q
         B, H = q.shape[:2]
 
@@ -79,9 +98,8 @@ class Blockwise(Backend):
         allowed = parts.allowed(qg, kg)  # [B,1,t,nc]
         if call.key_mask is not None:
             allowed = allowed & sel(call.key_mask, 1)[:, None, None, :]
-        chosen = content_mask(call, q[:, :, s:e], qp_t)  # [B,H|1,t,Nk] over every key, or None
         if chosen is not None:
-            allowed = allowed & (chosen if idx is None else chosen.index_select(-1, idx))
+            allowed = allowed & chosen
         scores = None
         for br, rot in zip(parts.branches, rots):
             q_b = rot.q[:, :, s:e]
