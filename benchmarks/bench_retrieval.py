@@ -28,6 +28,14 @@ def _inputs(N: int, seed: int = 0):
     return q, k, v
 
 
+def _peers(q, k, v, scheme) -> dict:
+    return {
+        "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        "retrieval_retrieved": lambda: attention(q, k, v, scheme, impl="retrieved"),
+        "retrieval_blockwise": lambda: attention(q, k, v, scheme, impl="blockwise"),
+    }
+
+
 def run(quick: bool = False, n: int | None = None) -> dict:
     lengths = [n] if n else ([1024] if quick else [8192, 16384])
     train = 256 if quick else TRAIN
@@ -35,12 +43,7 @@ def run(quick: bool = False, n: int | None = None) -> dict:
     results, summary = {}, {"scheme": scheme.to_json()}
     with torch.no_grad():
         for N in lengths:
-            q, k, v = _inputs(N)
-            fns = {
-                "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
-                "retrieval_retrieved": lambda: attention(q, k, v, scheme, impl="retrieved"),
-                "retrieval_blockwise": lambda: attention(q, k, v, scheme, impl="blockwise"),
-            }
+            fns = _peers(*_inputs(N), scheme)
             diff = (fns["retrieval_retrieved"]() - fns["retrieval_blockwise"]()).abs().max()
             t = time_peers(fns, repeats=3 if not quick else 2)
             med = {a: b["median_ms"] for a, b in t.items()}

@@ -218,6 +218,34 @@ def test_retrieval_picks_the_block_its_query_points_at():
     assert vis.tolist() == want
 
 
+@pytest.mark.parametrize("per_head", [False, True])
+def test_retrieval_select_keys_is_select_on_the_chosen_keys(per_head):
+    """The sparse choice (block level) equals the dense one cut to its keys, and leaves out only keys no query
+    sees: on random keys with padding, grouped heads (summary from 2 key heads, 4 query heads) and query
+    positions from before the first complete block to past several."""
+    from posenc.parts.branches import Remap
+
+    g = torch.Generator().manual_seed(5)
+    r = BlockRetrieval(window=8, n_sinks=2, block=4, top_k=2, per_head=per_head)
+    k = torch.randn(2, 2, 70, 8, generator=g, dtype=torch.float64)
+    kp = torch.arange(70)[None].expand(2, -1)
+    key_mask = torch.ones(2, 70, dtype=torch.bool)
+    key_mask[1, 30:34] = False
+    summary = r.key_summary(k, kp, key_mask)
+    h = torch.arange(4)[None, :, None, None]
+    for lo in (0, 9, 35, 60):
+        q = torch.randn(2, 4, 10, 8, generator=g, dtype=torch.float64)
+        qp = torch.arange(lo, lo + 10)[None].expand(2, -1)
+        dense = r.select(h, q, qp, k.repeat_interleave(2, dim=1), kp, key_mask)
+        dense = dense.expand(2, dense.shape[1], 10, 70)
+        idx, chosen = r.select_keys(h, q, qp, k, kp, key_mask, summary=summary)
+        want_idx, want = Remap.select_keys(r, h, q, qp, k.repeat_interleave(2, dim=1), kp, key_mask)
+        assert (idx is None) == (want_idx is None) and (idx is None or idx.tolist() == want_idx.tolist()), lo
+        assert torch.equal(chosen.expand_as(want), want), lo
+        cut = dense if idx is None else dense.index_select(-1, idx)
+        assert torch.equal(chosen.expand_as(cut), cut) and int(cut.sum()) == int(dense.sum()), lo
+
+
 # ============================================================================ DuoAttention
 def test_duo_streaming_heads_are_sinks_plus_window_and_the_others_full():
     q, k, v = _qkv(60, B=1, H=4, seed=5)

@@ -184,7 +184,8 @@ def _sinks_reason(backend: Backend, call: AttentionCall) -> str | None:
         return ("learned attention sinks join the softmax denominator of a materialised score tile "
                 "(reference, blockwise)")
     if call.parts.remap.reads_content and not backend.content_selection:
-        return "the remap chooses keys by head or content on a materialised score tile (reference, blockwise)"
+        able = ", ".join(b.name for b in BACKENDS if b.content_selection)
+        return f"the remap chooses keys by head or content, which only some backends apply ({able})"
     return None
 
 

@@ -61,7 +61,7 @@ def flash_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     seen = None
     if mask is not None:  # the op takes an additive mask of q's dtype
         seen = mask.any(dim=-1)  # [B|1,1|H,Nq]
-        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        mask = torch.where(mask, q.new_zeros(()), q.new_full((), float("-inf")))
     o, lse = _flash(flash, q, k, v, mask)
     if seen is not None and not bool(seen.all()):
         o = torch.where(seen[..., None], o, torch.zeros_like(o))

@@ -55,10 +55,19 @@ def content_mask(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor, n_keys:
     remap = call.parts.remap
     if not remap.reads_content:
         return None
+    return remap.select(*_select_args(call, q, qp, n_keys), summary=call.key_summary)
+
+
+def content_keys(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor, n_keys: int | None = None):
+    """:func:`content_mask` in sparse form, ``(idx [K] or None, chosen [B,H|1,nq,K])``
+    (:meth:`posenc.parts.remap.Remap.select_keys`): the keys some query chose, and each query's choice."""
+    return call.parts.remap.select_keys(*_select_args(call, q, qp, n_keys), summary=call.key_summary)
+
+
+def _select_args(call: AttentionCall, q, qp, n_keys):
     n = call.Nk if n_keys is None else n_keys
     mask = None if call.key_mask is None else call.key_mask[:, :n]
-    return remap.select(head_index(call.parts, q.device), q, qp, call.k[:, :, :n], call.k_pos[:, :n], mask,
-                        summary=call.key_summary)
+    return head_index(call.parts, q.device), q, qp, call.k[:, :, :n], call.k_pos[:, :n], mask
 
 
 def softcap(parts: AttentionParts, scores):

@@ -73,6 +73,21 @@ class Remap:
         restriction."""
         return None
 
+    def select_keys(self, h: torch.Tensor, q: torch.Tensor, qp: torch.Tensor, k: torch.Tensor, kp: torch.Tensor,
+                    key_mask: torch.Tensor | None, summary=None):
+        """:meth:`select` in sparse form: ``(idx, chosen)`` with ``idx [K]`` the keys some (row, head, query)
+        may see (None: every key) and ``chosen [B,H|1,nq,K]`` the choice over them, so that a caller pays for the
+        chosen keys only. Here: from :meth:`select` (a remap that chooses blocks overrides it)."""
+        chosen = self.select(h, q, qp, k, kp, key_mask, summary)
+        if chosen is None:
+            return None, None
+        chosen = chosen.expand(chosen.shape[0], chosen.shape[1], q.shape[2], k.shape[2])
+        cols = chosen.any(dim=0).any(dim=0).any(dim=0)  # [Nk]
+        if bool(cols.all()):
+            return None, chosen
+        idx = cols.nonzero().flatten()
+        return idx, chosen.index_select(-1, idx)
+
     def relative(self, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
         """Relative position RoPE sees for each pair (float), for docs, tests and plots."""
         return (qp - kp).double()

@@ -84,8 +84,8 @@ class BlockRetrieval(Remap):
         return self.representatives(k, kp, key_mask)
 
     def representatives(self, k: torch.Tensor, kp: torch.Tensor, key_mask):
-        """``(kbar [B,H,nb,D] float64, has_keys [B,nb])``: the mean un-rotated key of each block, and whether
-        the block holds a real key."""
+        """``(kbar [B,Hk,nb,D] float64, has_keys [B,nb])``: the mean un-rotated key of each block (per key head),
+        and whether the block holds a real key."""
         B, H, _, D = k.shape
         blk = torch.div(kp - self.n_sinks, self.block, rounding_mode="floor")  # [B,Nk]; < 0 for the sinks
         ok = blk >= 0 if key_mask is None else (blk >= 0) & key_mask
@@ -100,26 +100,45 @@ class BlockRetrieval(Remap):
     def select(self, h, q, qp, k, kp, key_mask, summary=None):
         """Visible keys ``[B,H or 1,nq,Nk]`` (see the class docstring); the causal mask is the scheme's.
         ``summary``: :meth:`representatives` of these keys, when the caller computed them once per call."""
+        seen, kb = self._blocks(q, qp, k, kp, key_mask, summary)
+        return seen.gather(-1, kb[:, None, None, :].expand(*seen.shape[:3], -1))
+
+    def select_keys(self, h, q, qp, k, kp, key_mask, summary=None):
+        """:meth:`select` as ``(idx, chosen)``: only the keys of the blocks some query chose, then each query's
+        choice over them, built from the per-block choice (no ``[nq, Nk]`` pass over every key)."""
+        seen, kb = self._blocks(q, qp, k, kp, key_mask, summary)
+        cand = seen.any(dim=1).any(dim=1).gather(1, kb).any(dim=0)  # [Nk]: the key's block is seen by some query
+        if bool(cand.all()):
+            return None, seen.gather(-1, kb[:, None, None, :].expand(*seen.shape[:3], -1))
+        idx = cand.nonzero().flatten()
+        kb = kb.index_select(1, idx)
+        return idx, seen.gather(-1, kb[:, None, None, :].expand(*seen.shape[:3], -1))
+
+    def _blocks(self, q, qp, k, kp, key_mask, summary):
+        """``(seen [B,H or 1,nq,nb+1], kb [B,Nk])``: whether each query sees block j (j >= its first incomplete
+        block: the remainder, the local window and later keys; or j among its top-k complete blocks), with a
+        last column nb for the sinks (always seen); and each key's column (its block, or nb for a sink). Every
+        key at distance < window lies in an incomplete block or is a sink, so this is the whole choice."""
         w, s, b = self.window, self.n_sinks, self.block
-        qg, kg = qp[:, None, :, None], kp[:, None, None, :]  # [B,1,nq,1], [B,1,1,Nk]
-        near = (qg - kg) < w
-        blk = torch.div(kg - s, b, rounding_mode="floor")  # [B,1,1,Nk]
-        complete = torch.div(qg - w - s + 1, b, rounding_mode="floor")  # [B,1,nq,1]: blocks 0..complete-1
-        keep = near | (kg < s) | (blk >= complete)  # local, sinks, remainder
-        if self.top_k == 0 or not bool((complete > 0).any()):
-            return keep
         kbar, has_keys = self.representatives(k, kp, key_mask) if summary is None else summary
-        score = q.double() @ kbar.transpose(-1, -2)  # [B,H,nq,nb]
-        if not self.per_head:
-            score = score.sum(dim=1, keepdim=True)  # [B,1,nq,nb]
         nb = kbar.shape[2]
+        if kbar.shape[1] != q.shape[1]:  # grouped keys: query head h reads key head h // (H / Hk)
+            kbar = kbar.repeat_interleave(q.shape[1] // kbar.shape[1], dim=1)
         j = torch.arange(nb, device=q.device)
-        eligible = (j[None, None, None, :] < complete) & has_keys[:, None, None, :]  # [B,1,nq,nb]
-        score = score.masked_fill(~eligible, float("-inf"))
-        top = score.topk(min(self.top_k, nb), dim=-1)
-        chosen = torch.zeros_like(score, dtype=torch.bool).scatter_(-1, top.indices, top.values > float("-inf"))
-        picked = chosen.gather(-1, blk.clamp(min=0, max=nb - 1).expand(*chosen.shape[:3], -1))  # [B,h,nq,Nk]
-        return keep | (picked & (blk >= 0))
+        complete = torch.div(qp - w - s + 1, b, rounding_mode="floor")[:, None, :, None]  # [B,1,nq,1]: 0..complete-1
+        seen = j[None, None, None, :] >= complete  # [B,1,nq,nb]
+        if self.top_k > 0 and bool((complete > 0).any()):
+            score = q.double() @ kbar.transpose(-1, -2)  # [B,H,nq,nb]
+            if not self.per_head:
+                score = score.sum(dim=1, keepdim=True)  # [B,1,nq,nb]
+            eligible = ~seen & has_keys[:, None, None, :]
+            score = score.masked_fill(~eligible, float("-inf"))
+            top = score.topk(min(self.top_k, nb), dim=-1)
+            chosen = torch.zeros_like(score, dtype=torch.bool).scatter_(-1, top.indices, top.values > float("-inf"))
+            seen = seen | chosen
+        seen = torch.cat([seen, seen.new_ones(*seen.shape[:3], 1)], dim=-1)
+        blk = torch.div(kp - s, b, rounding_mode="floor")  # [B,Nk]; < 0 for the sinks
+        return seen, torch.where(blk < 0, torch.full_like(blk, nb), blk)
 
 
 @dataclass(frozen=True)

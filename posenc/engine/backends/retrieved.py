@@ -12,11 +12,10 @@ import torch
 from posenc.engine import toeplitz as kernel
 from posenc.engine.backends.band import FEW_QUERIES, merge_two
 from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, first_reason, fused_cpu_reason
-from posenc.engine.backends.blockwise import narrow_to_chosen
 from posenc.engine.call import AttentionCall
 from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_keys, rotate_queries
-from posenc.engine.scores import content_mask
+from posenc.engine.scores import content_keys
 
 
 class Retrieved(Backend):
@@ -51,6 +50,9 @@ class Retrieved(Backend):
             reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
         return reason
 
+    def gqa(self, call: AttentionCall) -> bool:
+        return call.k_axes is None  # the kernels and the block representatives read grouped keys as they are
+
     def run(self, call: AttentionCall):
         """``merge_two(near, far)``: the near piece is every key at distance ``d < w`` (the fused kernel with
         a window, or for a few queries a key slice); the far piece, for each tile of queries, the keys at
@@ -71,11 +73,11 @@ class Retrieved(Backend):
             e = min(Nq, s + self.tile)
             qp_t = call.q_pos[:, s:e]
             n = q0 + e - w  # the tile's far keys are keys 0..n-1 (keys at their indices)
-            kp = call.k_pos[:, None, None, :n]  # [B,1,1,n]
-            far = content_mask(call, call.q[:, :, s:e], qp_t, n) & ((qp_t[:, None, :, None] - kp) >= w)
-            idx, far = narrow_to_chosen(None, far)
+            idx, chosen = content_keys(call, call.q[:, :, s:e], qp_t, n)
             if idx is not None and idx.numel() == 0:
                 continue
+            kp = call.k_pos[:, :n] if idx is None else call.k_pos.index_select(1, idx)
+            far = chosen & (kp[:, None, None, :] <= (qp_t - w)[:, None, :, None])  # d >= w
             k_t = fk[:, :, :n] if idx is None else fk.index_select(2, idx)
             v_t = call.v[:, :, :n] if idx is None else call.v.index_select(2, idx)
             o_far[:, :, s:e], l_far[:, :, s:e] = flash_lse(fq[:, :, s:e], k_t, v_t, far)
