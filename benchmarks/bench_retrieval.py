@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import cli, time_peers
 from posenc.engine import attention
+from posenc.engine.backends import BY_NAME
 from posenc.scheme.core import PositionScheme
 
 H, HK, D, TRAIN = 9, 3, 64, 8192
@@ -40,7 +41,9 @@ def run(quick: bool = False, n: int | None = None) -> dict:
     lengths = [n] if n else ([1024] if quick else [8192, 16384])
     train = 256 if quick else TRAIN
     scheme = PositionScheme.preset("retrieval", train_len=train)
-    results, summary = {}, {"scheme": scheme.to_json()}
+    results = {}
+    summary = {"scheme": scheme.to_json(), "heads": H, "kv_heads": HK, "head_dim": D,
+               "query_tile": BY_NAME["retrieved"].tile}
     with torch.no_grad():
         for N in lengths:
             fns = _peers(*_inputs(N), scheme)

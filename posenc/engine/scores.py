@@ -60,7 +60,10 @@ def content_mask(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor, n_keys:
 
 def content_keys(call: AttentionCall, q: torch.Tensor, qp: torch.Tensor, n_keys: int | None = None):
     """:func:`content_mask` in sparse form, ``(idx [K] or None, chosen [B,H|1,nq,K])``
-    (:meth:`posenc.parts.remap.Remap.select_keys`): the keys some query chose, and each query's choice."""
+    (:meth:`posenc.parts.remap.Remap.select_keys`): the keys some query chose, and each query's choice;
+    ``(None, None)`` when the remap chooses by position only."""
+    if not call.parts.remap.reads_content:
+        return None, None
     return call.parts.remap.select_keys(*_select_args(call, q, qp, n_keys), summary=call.key_summary)
 
 

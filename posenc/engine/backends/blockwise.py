@@ -8,7 +8,7 @@ import torch
 
 from posenc.engine.backends.base import Backend
 from posenc.engine.call import AttentionCall
-from posenc.engine.scores import content_mask, finish, head_index, rotate_branch, softcap
+from posenc.engine.scores import content_keys, finish, head_index, rotate_branch, softcap
 
 
 def candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tensor | None:
@@ -34,19 +34,16 @@ def candidate_keys(key_intervals, qp_t, k_pos, keys_sorted: bool) -> torch.Tenso
     return None if idx.numel() == Nk else idx
 
 
-def narrow_to_chosen(idx: torch.Tensor | None, chosen: torch.Tensor):
-    """``(idx, chosen)`` cut to the candidate keys that some row of the tile chose (a remap's content choice
-    ``chosen [B,H|1,t,Nk]`` over every key; ``idx``: the mask's candidates, None for all): InfLLM's far
-    branch then costs the retrieved blocks, not every far key. Unchosen keys get probability 0 either way."""
-    cols = chosen.any(dim=0).any(dim=0).any(dim=0)  # [Nk]
-    if idx is not None:
-        keep = cols.index_select(0, idx)
-        idx = idx[keep]
-    elif bool(cols.all()):
-        return None, chosen
-    else:
-        idx = cols.nonzero().flatten()
-    return idx, chosen.index_select(-1, idx)
+def with_chosen(idx: torch.Tensor | None, c_idx: torch.Tensor | None, chosen: torch.Tensor):
+    """The mask's candidate keys ``idx`` (None: all) cut to the keys a remap chose by content (``c_idx``, None:
+    all, with ``chosen [B,H|1,t,len(c_idx)]`` over them, :func:`posenc.engine.scores.content_keys`): ``(keys,
+    chosen over those keys)``. InfLLM's far branch then costs the retrieved blocks, not every far key."""
+    if c_idx is None:
+        return idx, (chosen if idx is None else chosen.index_select(-1, idx))
+    if idx is None:
+        return c_idx, chosen
+    keep = torch.isin(c_idx, idx)
+    return c_idx[keep], chosen[..., keep]
 
 
 def keys_sorted(k_pos) -> bool:
@@ -74,9 +71,9 @@ class Blockwise(Backend):
         for s in range(0, Nq, self.tile):
             e = min(Nq, s + self.tile)
             idx = candidate_keys(parts.mask.key_intervals, call.q_pos[:, s:e], k_pos, ordered)
-            chosen = content_mask(call, q[:, :, s:e], call.q_pos[:, s:e])  # [B,H|1,t,Nk] over every key, or None
+            c_idx, chosen = content_keys(call, q[:, :, s:e], call.q_pos[:, s:e])  # (None, None): by position only
             if chosen is not None:
-                idx, chosen = narrow_to_chosen(idx, chosen)
+                idx, chosen = with_chosen(idx, c_idx, chosen)
             if idx is not None and idx.numel() == 0:
                 out[:, :, s:e] = 0
                 continue
