@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, first_reason, fused_cpu_reason
+from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, merged_pieces_reason
 from posenc.engine.call import AttentionCall
 from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_branch, rotate_keys, rotate_queries
@@ -22,23 +22,12 @@ class BandMerge(Backend):
     dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
-        parts = call.parts
-        br = parts.branches
-        reason = first_reason(
+        br = call.parts.branches
+        return merged_pieces_reason(
+            call,
             (len(br) != 2 or br[0].kind != "near" or br[1].kind != "far" or br[0].window != br[1].window,
              "the remap is not a near/far split at one distance"),
-            (parts.bias is not None, "a bias would need the remapped distance per piece"),
-            (parts.relative is not None, "content-relative terms"),
-            (parts.scheme.softcap is not None, "a soft-cap"),
-            (call.q_gate is not None, "a forget gate's bias"),
-            (not parts.mask.is_plain_causal, "the mask is not plain causal"),
-            (parts.remap.restricts_keys, "the remap adds a mask"),
-            (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
-            (call.needs_grad, "the in-place merge has no backward"),
-        ) or fused_cpu_reason(call)
-        if reason is None and call.q_run is None:
-            reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
-        return reason
+            (call.q_gate is not None, "a forget gate's bias"))
 
     def gqa(self, call: AttentionCall) -> bool:
         return call.k_axes is None

@@ -72,6 +72,27 @@ def fused_cpu_reason(call: AttentionCall) -> str | None:
          "this torch has no fused CPU flash kernel"))
 
 
+def merged_pieces_reason(call: AttentionCall, *own: tuple[bool, str]) -> str | None:
+    """Why a backend that runs a remap's pieces on the fused CPU flash kernel and merges them by log-sum-exp
+    (``band``, ``chunks``, ``retrieved``) cannot run ``call``: its ``own`` checks first, then what every such
+    backend needs (nothing else in the scores, plain causal mask, no padding, inference, the fused kernel, keys
+    at positions ``0..Nk-1`` with a contiguous run of queries)."""
+    parts = call.parts
+    reason = first_reason(
+        *own,
+        (parts.bias is not None, "a bias would need the remapped distance per piece"),
+        (parts.relative is not None, "content-relative terms"),
+        (parts.scheme.softcap is not None, "a soft-cap"),
+        (not parts.mask.is_plain_causal, "the mask is not plain causal"),
+        (parts.remap.restricts_keys, "the remap adds a mask"),
+        (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
+        (call.needs_grad, "the merge has no backward here"),
+    ) or fused_cpu_reason(call)
+    if reason is None and call.q_run is None:
+        reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
+    return reason
+
+
 def fixed_distance_bias(parts: AttentionParts) -> bool:
     """No bias, or one that depends only on the distance and needs no gradient here (its table can be
     read once as a profile)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, first_reason, fused_cpu_reason
+from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, merged_pieces_reason
 from posenc.engine.call import AttentionCall
 from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_queries, rotated_keys_once
@@ -37,22 +37,11 @@ class ChunkMerge(Backend):
     dtypes = FUSED_CPU  # the fused CPU flash kernel
 
     def why_not(self, call: AttentionCall) -> str | None:
-        parts = call.parts
-        br = parts.branches
-        reason = first_reason(
+        br = call.parts.branches
+        return merged_pieces_reason(
+            call,
             (tuple(b.kind for b in br) != CHUNK_KINDS or len({b.window for b in br}) != 1,
-             "the remap is not a same / previous / earlier chunk split"),
-            (parts.bias is not None, "a bias would need the remapped distance per piece"),
-            (parts.relative is not None, "content-relative terms"),
-            (parts.scheme.softcap is not None, "a soft-cap"),
-            (not parts.mask.is_plain_causal, "the mask is not plain causal"),
-            (parts.remap.restricts_keys, "the remap adds a mask"),
-            (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
-            (call.needs_grad, "the merge has no backward here"),
-        ) or fused_cpu_reason(call)
-        if reason is None and call.q_run is None:
-            reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
-        return reason
+             "the remap is not a same / previous / earlier chunk split"))
 
     def gqa(self, call: AttentionCall) -> bool:
         return call.k_axes is None
