@@ -6,7 +6,7 @@ starts with one, so all of it is checked. The test reads every number of a block
 code blocks, links' targets, arXiv ids and numbers glued to a letter, such as ``8L``, ``16k`` or ``135M``, are
 labels, not results) and requires a value in one of the block's source files that rounds to it at the printed
 precision (``0.97`` matches 0.9688, ``1,154`` matches 1154.3; a percent, ``43.4%``, matches an accuracy 0.4339
-and only a percent does). The few
+and only a percent does; a minus sign not glued to a word, as in ``[-0.67, -0.02]``, is read with the number). The few
 numbers that are not results and no source holds are in ``ALLOWED``, each with its reason.
 """
 
@@ -35,7 +35,11 @@ _STRIP = [re.compile(p, flags=re.S) for p in (
     r"<!--.*?-->", r"```.*?```", r"`[^`\n]*`", r"\]\([^)]*\)", r"https?://\S+",
     r"arXiv[ :]?\d{4}\.\d{4,5}", r"kexue\.fm/archives/\d+", r"\b[0-9a-f]{7,40}\b(?=[`)\s])")]
 # a number: optional "x" before it (x2.7) or "x"/"%" after it (2.61x, 43.4%), not glued to a letter or digit
-NUMBER = re.compile(r"(?<![\w.^/-])x?((?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[+-]?\d+)?)%?)x?(?![\w]|\.\d)")
+# a minus sign is part of the number when nothing word-like is glued before it ("[-0.67", " -0.42", "−0.3"); a hyphen
+# glued to a number ("40-50", a range) is not a sign, and the number after it is not read
+NUMBER = re.compile(
+    r"(?:(?<![\w.^/-])([-\u2212])|(?<![\w.^/\u2212-]))x?((?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[+-]?\d+)?)%?)x?"
+    r"(?![\w]|\.\d)")
 RAW = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 
@@ -53,7 +57,7 @@ def numbers(block: str) -> list[str]:
     """The numbers a block states, as printed (see the module docstring for what is skipped)."""
     for pattern in _STRIP:
         block = pattern.sub(" ", block)
-    return [m.group(1) for m in NUMBER.finditer(block)]
+    return [("-" if m.group(1) else "") + m.group(2) for m in NUMBER.finditer(block)]
 
 
 def _bench_aggregates(data: dict) -> set[float]:
@@ -283,3 +287,10 @@ def test_the_checker_flags_a_changed_number():
         "| rope | 6.5 / 45.6% |", "| rope | 6.5 / 49.1% |")))
     assert numbers("x2.7 / 2.61x, 43.4% and 1,154; 8L 16k 135M `0.99` arXiv 2309.17453") == [
         "2.7", "2.61", "43.4%", "1,154"]
+    # a sign is read: an interval's negative bound, with either minus sign, not a range's hyphen
+    assert numbers("-0.42 [-0.67, \u22120.02] (1-6 of 12), 40-50 s") == ["-0.42", "-0.67", "-0.02", "1", "12", "40"]
+    text = page.read_text(encoding="utf-8")
+    assert "-0.42 [-0.67, -0.02] (1-6 of 12); against DCA" in text
+    bad = unsourced(page, text.replace("-0.42 [-0.67, -0.02] (1-6 of 12); against DCA",
+                                       "-0.42 [-0.67, -0.03] (1-6 of 12); against DCA"))
+    assert any(": -0.03 " in line for line in bad), bad
