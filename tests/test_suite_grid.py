@@ -99,7 +99,8 @@ def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, m
 def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, monkeypatch):
     """``report_only`` (``posenc bench --report-only``) computes no cell: its results hold the finished cells, and
     ``meta["missing"]`` counts the unfinished ones per (method, length); a pair that pruning would judge on
-    unfinished cells counts as not run yet, not as left out. Once the run ends, the report equals the run's own."""
+    unfinished cells counts as not run yet, not as left out. Once the run ends, the report equals the run's own.
+    A folder with no finished cell is refused with the way out, not drawn as an empty report."""
     from posenc.hf.suite import cells
 
     real = cells.run_context
@@ -112,6 +113,10 @@ def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, 
         return real(*a, **kw)
 
     preset = _preset(tiny, prune_from=2048)
+    monkeypatch.setattr(cells, "run_context", lambda *a, **kw: pytest.fail("report_only ran a cell"))
+    with pytest.raises(ValueError, match="no cell of 'tiny' is finished in .*empty.*name a folder that holds its"):
+        run_suite(preset, tmp_path / "empty", progress=False, log=lambda m: None, report_only=True)
+    assert not (tmp_path / "empty" / "results.json").exists()  # an empty folder is refused, not reported as empty
     monkeypatch.setattr(cells, "run_context", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_suite(preset, tmp_path, progress=False, log=lambda m: None)

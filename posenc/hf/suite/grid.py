@@ -140,6 +140,9 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
             skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
                                 missing=missing)
             elapsed = time.perf_counter() - t0
+            if report_only and not skipped and sum(missing.values()) == len(plan(preset)):
+                raise ValueError(f"--report-only: no cell of {preset.name!r} is finished in {cells}; run it without "
+                                 "--report-only first, or name a folder that holds its cells with --cells")
             return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed,
                                  missing=missing or {})
         finally:
