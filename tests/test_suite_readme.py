@@ -26,3 +26,49 @@ def test_readme_tables_equal_the_committed_results(name):
     begin, end = (m.format(name=name) for m in README_MARKS)
     block = PAGE[PAGE.index(begin):PAGE.index(end) + len(end)]
     assert block == readme_block(results, name)
+
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SUMMARIES = sorted(set(re.findall(r"<!-- suite-summary:([\w-]+):begin -->", README)))
+
+
+def test_the_readme_holds_the_full_real_model_run():
+    assert "suite-smollm2-full" in SUMMARIES
+
+
+@pytest.mark.parametrize("name", SUMMARIES)
+def test_readme_summary_equals_the_committed_results(name):
+    from posenc.hf.suite.report import SUMMARY_MARKS, summary_block
+
+    results = json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
+    begin, end = (m.format(name=name) for m in SUMMARY_MARKS)
+    assert README[README.index(begin):README.index(end) + len(end)] == summary_block(results, name)
+
+
+def _rec(method, n, ppl, k, total=4):
+    lo_hi = {"lo": 0.0, "hi": 1.0}
+    return {"method": method, "eval_len": n, "ppl": ppl, "prefill_s": 10.0 * n, "peak_rss_mb": 1024.0 * n,
+            "retrieval": {"k": k, "n": total, "value": k / total, **lo_hi}}
+
+
+def test_verdict_follows_its_stated_rule():
+    """``extends to N``: retrieval past the trained length at the threshold (0.85 x 0.75 here), even after a miss at
+    a shorter length; ``keeps perplexity only``: every perplexity past it within 1.25 x the untouched model's at
+    the reference length (100), a boundary case included; ``neither`` otherwise."""
+    from posenc.hf.suite.report import summary_table, verdict
+
+    recs = [_rec("none", 8, 100.0, 3), _rec("none", 16, 900.0, 0),
+            _rec("a", 8, 100.0, 0), _rec("a", 16, 110.0, 3), _rec("a", 32, 5000.0, 0),  # 3/4 >= 0.6375
+            _rec("b", 8, 100.0, 3), _rec("b", 16, 125.0, 2), _rec("b", 32, 120.0, 1),  # 125 = 1.25 x 100
+            _rec("c", 8, 100.0, 3), _rec("c", 16, 126.0, 2),  # 126 > 125
+            _rec("d", 8, 100.0, 4)]
+    results = {"records": recs, "meta": {"train_len": 8},
+               "reference": {"method": "none", "length": 8, "threshold": 0.85 * 0.75},
+               "effective": {"a": {"effective_length": None}, "b": {"effective_length": 8}}}
+    got = {m: verdict(results, m) for m in ("none", "a", "b", "c", "d")}
+    assert got == {"none": "untouched", "a": "extends to 16", "b": "keeps perplexity only", "c": "neither",
+                   "d": "not run past the trained length"}
+    table = summary_table(results)
+    assert table.header[-2:] == ("prefill s at 16 / 32", "peak RSS")
+    assert table.rows[1] == ("a", "100, 0/4", "110, 3/4", "5000, 0/4", "< 8", "extends to 16", "160 / 320",
+                             "32.0 GiB at 32")

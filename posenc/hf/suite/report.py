@@ -270,6 +270,68 @@ def _sections(results: dict) -> list[tuple[str, Table | str]]:
     return out
 
 
+SUMMARY_MARKS = ("<!-- suite-summary:{name}:begin -->", "<!-- suite-summary:{name}:end -->")
+KEEPS_PPL = 1.25  # "keeps perplexity": within this factor of the untouched model's at the reference length
+
+
+def verdict(results: dict, method: str) -> str:
+    """What a row does past the trained length, by a stated rule: ``extends to N`` when its retrieval at some length
+    past the trained one reaches the effective-length threshold (N: the longest such length; unlike the effective
+    length, a miss at a shorter length, with other parameters, does not cap it); else ``keeps perplexity only``
+    when its perplexity at every length it ran past the trained one stays within :data:`KEEPS_PPL` x the untouched
+    model's at the reference length; else ``neither``. ``untouched`` for the reference row itself."""
+    from posenc.scheme.methods import is_identity
+
+    _, _, by = _grid(results)
+    train, ref = results["meta"]["train_len"], results.get("reference", {})
+    if is_identity(method):
+        return "untouched"
+    past = {n: r for (m, n), r in by.items() if m == method and n > train}
+    if not past:
+        return "not run past the trained length"
+    thr = ref.get("threshold")
+    reached = [n for n, r in past.items() if thr is not None and (r.get("retrieval") or {}).get("n")
+               and r["retrieval"]["value"] >= thr]
+    if reached:
+        return f"extends to {_k(max(reached))}"
+    base = by.get((ref.get("method"), ref.get("length")), {}).get("ppl")
+    if base and all(r.get("ppl") is not None and r["ppl"] <= KEEPS_PPL * base for r in past.values()):
+        return "keeps perplexity only"
+    return "neither"
+
+
+def summary_table(results: dict) -> Table:
+    """One row per method for the README: at each length the perplexity and the retrieval as ``k/n``, the
+    effective length, the verdict (:func:`verdict`), the prefill seconds at the two longest lengths and the peak
+    memory at the longest length the row ran."""
+    methods, lengths, by = _grid(results)
+    eff = results.get("effective", {})
+    longest = lengths[-2:]
+    rows = []
+    for m in methods:
+        cells = []
+        for n in lengths:
+            r = by.get((m, n))
+            iv = (r or {}).get("retrieval") or {}
+            ppl = "-" if r is None or r.get("ppl") is None else (f"{r['ppl']:.3g}" if r["ppl"] < 1000
+                                                                 else f"{r['ppl']:.0f}")
+            cells.append("-" if r is None else f"{ppl}, {iv['k']}/{iv['n']}" if iv.get("n") else ppl)
+        e = eff.get(m, {})
+        el = _k(e["effective_length"]) if e.get("effective_length") else "< " + _k(lengths[0])
+        prefill = " / ".join(f"{by[(m, n)]['prefill_s']:.0f}" if (m, n) in by else "-" for n in longest)
+        ran = [n for n in lengths if (m, n) in by and by[(m, n)].get("peak_rss_mb")]
+        mem = f"{by[(m, ran[-1])]['peak_rss_mb'] / 1024:.1f} GiB at {_k(ran[-1])}" if ran else "?"
+        rows.append((m, *cells, el, verdict(results, m), prefill, mem))
+    return Table(("method", *[f"{_k(n)}: PPL, keys" for n in lengths], "effective length", "past the trained length",
+                  "prefill s at " + " / ".join(_k(n) for n in longest), "peak RSS"), tuple(rows))
+
+
+def summary_block(results: dict, name: str) -> str:
+    """The README's copy of :func:`summary_table` for the committed run ``name``, between :data:`SUMMARY_MARKS`."""
+    begin, end = (m.format(name=name) for m in SUMMARY_MARKS)
+    return "\n".join([begin, "", summary_table(results).markdown(), "", end])
+
+
 def readme_block(results: dict, name: str) -> str:
     """The results page's (``docs/results/smollm2.md``) copy of a committed run ``name``: its summary, the
     method x length table, the cost table and the paired differences, rendered from ``results.json`` exactly as
