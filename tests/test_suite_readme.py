@@ -20,12 +20,18 @@ def test_the_results_page_holds_the_short_real_model_run():
     assert "suite-smollm2" in RUNS
 
 
+def _marked(text: str, marks: tuple[str, str], name: str) -> str:
+    begin, end = (m.format(name=name) for m in marks)
+    return text[text.index(begin):text.index(end) + len(end)]
+
+
+def _results(name: str) -> dict:
+    return json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
+
+
 @pytest.mark.parametrize("name", RUNS)
 def test_readme_tables_equal_the_committed_results(name):
-    results = json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
-    begin, end = (m.format(name=name) for m in README_MARKS)
-    block = PAGE[PAGE.index(begin):PAGE.index(end) + len(end)]
-    assert block == readme_block(results, name)
+    assert _marked(PAGE, README_MARKS, name) == readme_block(_results(name), name)
 
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -40,9 +46,7 @@ def test_the_readme_holds_the_full_real_model_run():
 def test_readme_summary_equals_the_committed_results(name):
     from posenc.hf.suite.report import SUMMARY_MARKS, summary_block
 
-    results = json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
-    begin, end = (m.format(name=name) for m in SUMMARY_MARKS)
-    assert README[README.index(begin):README.index(end) + len(end)] == summary_block(results, name)
+    assert _marked(README, SUMMARY_MARKS, name) == summary_block(_results(name), name)
 
 
 def _rec(method, n, ppl, k, total=4):
