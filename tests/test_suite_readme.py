@@ -42,6 +42,23 @@ def test_the_readme_holds_the_full_real_model_run():
     assert "suite-smollm2-full" in SUMMARIES
 
 
+def test_the_committed_full_run_is_complete():
+    """Every method x length of ``smollm2_full`` is in the committed results: a row (with its cells) or a 32k row
+    left out by the stated rule (retrieval at 16k below the threshold); nothing missing, no row outside the grid."""
+    from posenc.hf.suite.presets import SUITE_PRESETS
+
+    preset, res = SUITE_PRESETS["smollm2_full"], _results("suite-smollm2-full")
+    meta = res["meta"]
+    assert meta["complete"] is True and meta["missing"] == {} and meta["cells"] == 441
+    rows = {(r["method"], r["eval_len"]) for r in res["records"]}
+    left_out = {tuple(k.rsplit("@", 1)) for k in meta["left_out"]}
+    grid = {(m, n) for m in preset.methods for n in preset.lengths}
+    assert rows | {(m, int(n)) for m, n in left_out} == grid and not rows & {(m, int(n)) for m, n in left_out}
+    assert all(int(n) == preset.prune_from and "below" in why for (_, n), why in
+               zip(left_out, (meta["left_out"][f"{m}@{n}"] for m, n in left_out)))
+    assert sum(r["cells"] for r in res["records"]) == meta["cells"] and min(r["cells"] for r in res["records"]) >= 3
+
+
 @pytest.mark.parametrize("name", SUMMARIES)
 def test_readme_summary_equals_the_committed_results(name):
     from posenc.hf.suite.report import SUMMARY_MARKS, summary_block
