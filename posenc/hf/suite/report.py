@@ -280,9 +280,13 @@ def verdict(results: dict, method: str) -> str:
     length, a miss at a shorter length, with other parameters, does not cap it); else ``keeps perplexity only``
     when its perplexity at every length it ran past the trained one stays within :data:`KEEPS_PPL` x the untouched
     model's at the reference length; else ``neither``. ``untouched`` for the reference row itself."""
+    return _verdict(results, _grid(results)[2], method)
+
+
+def _verdict(results: dict, by: dict, method: str) -> str:
+    """:func:`verdict` on the ``(method, length) -> record`` map ``by`` already built from ``results``."""
     from posenc.scheme.methods import is_identity
 
-    _, _, by = _grid(results)
     train, ref = results["meta"]["train_len"], results.get("reference", {})
     if is_identity(method):
         return "untouched"
@@ -321,7 +325,7 @@ def summary_table(results: dict) -> Table:
         prefill = " / ".join(f"{by[(m, n)]['prefill_s']:.0f}" if (m, n) in by else "-" for n in longest)
         ran = [n for n in lengths if (m, n) in by and by[(m, n)].get("peak_rss_mb")]
         mem = f"{by[(m, ran[-1])]['peak_rss_mb'] / 1024:.1f} GiB at {_k(ran[-1])}" if ran else "?"
-        rows.append((m, *cells, el, verdict(results, m), prefill, mem))
+        rows.append((m, *cells, el, _verdict(results, by, m), prefill, mem))
     return Table(("method", *[f"{_k(n)}: PPL, keys" for n in lengths], "effective length", "past the trained length",
                   "prefill s at " + " / ".join(_k(n) for n in longest), "peak RSS"), tuple(rows))
 
