@@ -228,9 +228,10 @@ def test_presets_are_valid_and_documented():
     assert wanted <= set(full.methods) and full.methods[0] == "none"
     kinds = {g for c in full.contexts for g in c.generators}
     assert kinds == {"niah", "passkey", "mv", "vt", "cwe"}
-    tuned = SUITE_PRESETS["smollm2_tune16k"]  # shares smollm2_full's cells: same contexts, its rows but the tuned one
-    assert tuned.contexts == full.contexts and set(tuned.methods) - set(full.methods) == {"longrope@tune16k",
-                                                                                       "longrope@engine16k"}
+    for name, rows in (("smollm2_tune16k", {"longrope@tune16k", "longrope@engine16k"}),
+                       ("smollm2_tune32k", {"ntk@tune32k", "longrope@tune32k", "longrope@engine32k"})):
+        tuned = SUITE_PRESETS[name]  # shares smollm2_full's cells: same contexts, its rows but the tuned ones
+        assert tuned.contexts == full.contexts and set(tuned.methods) - set(full.methods) == rows
     with pytest.raises(ValueError, match="first method"):
         SuitePreset("x", "y", methods=("yarn",), contexts=short.contexts)
     with pytest.raises(ValueError, match="reference_length"):

@@ -341,3 +341,30 @@ def test_the_committed_16k_tune_is_what_the_suite_rows_run():
         if r["method"] == "longrope":
             assert is_monotone(r["params"]["long_factor"], 4.0)
     assert res["saved"]["form"] == "engine" and "longrope" in res["saved"]["reason"]
+
+
+def test_the_committed_32k_tune_is_what_the_suite_rows_run():
+    """benchmarks/results/tune-smollm2-32k: the same budget as at 16k; its winner, NTK with factor 6, and its best
+    LongRoPE vector (kept monotone) are exactly the ``smollm2_tune32k`` preset's tuned rows, the LongRoPE one on
+    transformers' form and on posenc's engine; the winner is saved as posenc's extension and says why."""
+    from pathlib import Path
+
+    from posenc.hf.suite.presets import SUITE_PRESETS
+
+    res = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tune-smollm2-32k" /
+                      "results.json").read_text())
+    rows, meta = res["rows"], res["meta"]
+    assert meta["length"] == 32768 and meta["train_len"] == 8192 and meta["budget_forwards"] == 32
+    assert sum(r["contexts"] for r in rows) == 32 and [r["score"] for r in rows] == sorted(r["score"] for r in rows)
+    win, best_longrope = res["winner"], next(r for r in rows if r["method"] == "longrope")
+    assert win == rows[0] and win["method"] == "ntk"
+    preset = SUITE_PRESETS["smollm2_tune32k"]
+    assert preset.lengths == (8192, 16384, 32768) and preset.prune_from is None  # every row runs at 32k
+    assert preset.params["ntk@tune32k"] == win["params"]
+    assert preset.params["longrope@tune32k"] == best_longrope["params"]
+    assert preset.params["longrope@engine32k"] == {**best_longrope["params"], "native": False, "step": 512}
+    assert best_longrope["params"]["factor"] == 32768 / 8192
+    for r in rows:
+        if r["method"] == "longrope":  # the search's bound is twice the factor
+            assert is_monotone(r["params"]["long_factor"], 8.0)
+    assert res["saved"]["form"] == "engine" and "longrope" in res["saved"]["reason"]

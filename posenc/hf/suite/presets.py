@@ -18,6 +18,9 @@
   transformers serves the factors (the set chosen by sequence length, cached keys kept as they were rotated),
   ``longrope@engine16k`` the same factors on posenc's engine (``native=False``: a dynamic schedule recomputed every
   512 positions, whose cached decoding equals the full forward).
+- ``smollm2_tune32k``: the same for ``posenc tune`` at 32k, at 8k, 16k and 32k: its winner (NTK with factor 6,
+  ``ntk@tune32k``) and its best LongRoPE factors, served by transformers and on posenc's engine, beside the
+  untouched model, YaRN and SelfExtend at their per-length defaults (every row runs at 32k: no pruning).
 - ``smollm2_paired16k``: the rows that extend at 16k (SelfExtend, DCA, YaRN, STRING, InfLLM-style retrieval,
   Resonance+YaRN, DCA with Qwen2.5-1M's temperature) with 8 more pass keys at 16k (seeds 4-11, so n = 12 with
   ``smollm2_full``'s four), each compared with SelfExtend, DCA and YaRN on the same keys: the preset that says by
@@ -58,6 +61,15 @@ _TUNED_LONGROPE_16K = {
                     1.4673, 1.4673, 1.4673, 1.4673, 1.4673, 1.4673, 1.6078, 1.6078, 1.6078, 1.6078, 1.9408, 2.0, 2.0,
                     2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]}
 
+# posenc tune smollm2 --length 32768 --budget 32 (benchmarks/results/tune-smollm2-32k/results.json): its best LongRoPE
+# vector (a mutation of the first population, second to the winner, NTK with factor 6) and the winner's factor
+_TUNED_LONGROPE_32K = {
+    "factor": 4.0, "short_factor": [1.0] * 32,
+    "long_factor": [1.0, 1.0, 1.0, 1.1436, 1.1959, 1.2506, 1.3078, 1.3676, 1.4301, 1.4955, 1.4955, 1.6354, 1.6354,
+                    1.8016, 1.8016, 2.0119, 2.0452, 2.1053, 2.1226, 3.0769, 4.3967, 4.3967, 4.3967, 4.3967, 4.3967,
+                    4.3967, 4.3967, 4.3967, 4.3967, 4.3967, 4.3967, 4.3967]}
+_TUNED_NTK_32K = {"factor": 6.0}
+
 SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
     SuitePreset(
         "smollm2", "SmolLM2-135M (trained at 8k): untouched, YaRN, SelfExtend, StreamingLLM at 8k and 16k; "
@@ -81,6 +93,15 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
         methods=("none", "yarn", "selfextend", "longrope@tune16k", "longrope@engine16k"), contexts=_FULL_CONTEXTS,
         reference_length=8192, params={"longrope@tune16k": _TUNED_LONGROPE_16K,
                                        "longrope@engine16k": {**_TUNED_LONGROPE_16K, "native": False, "step": 512}}),
+    SuitePreset(
+        "smollm2_tune32k", "SmolLM2-135M: posenc tune's 32k winner (NTK, factor 6) and its best LongRoPE factors "
+        "next to the untouched model, YaRN and SelfExtend at 8k, 16k and 32k on smollm2_full's contexts, the factors "
+        "as transformers serves them and on posenc's engine; ~1.5 h with --cells of a smollm2_full run",
+        lengths=(8192, 16384, 32768),
+        methods=("none", "yarn", "selfextend", "ntk@tune32k", "longrope@tune32k", "longrope@engine32k"),
+        contexts=_FULL_CONTEXTS, reference_length=8192,
+        params={"ntk@tune32k": _TUNED_NTK_32K, "longrope@tune32k": _TUNED_LONGROPE_32K,
+                "longrope@engine32k": {**_TUNED_LONGROPE_32K, "native": False, "step": 512}}),
     SuitePreset(
         "smollm2_paired16k", "SmolLM2-135M: the rows that extend at 16k with 8 more pass keys there (n = 12), "
         "compared key by key with SelfExtend, DCA and YaRN; ~2 h with --cells of a smollm2_full run",
