@@ -96,7 +96,7 @@ SUITE_PRESETS: dict[str, SuitePreset] = {p.name: p for p in (
     SuitePreset(
         "smollm2_tune32k", "SmolLM2-135M: posenc tune's 32k winner (NTK, factor 6) and its best LongRoPE factors "
         "next to the untouched model, YaRN and SelfExtend at 8k, 16k and 32k on smollm2_full's contexts, the factors "
-        "as transformers serves them and on posenc's engine; ~1.5 h with --cells of a smollm2_full run",
+        "as transformers serves them and on posenc's engine; ~1.3 h with --cells of a smollm2_full run",
         lengths=(8192, 16384, 32768),
         methods=("none", "yarn", "selfextend", "ntk@tune32k", "longrope@tune32k", "longrope@engine32k"),
         contexts=_FULL_CONTEXTS, reference_length=8192,
