@@ -136,6 +136,16 @@ def _sinks_first(call: AttentionCall, route: str) -> str | None:
     return None if _few_fused(call, route) is None else long
 
 
+def _flex_route(call: AttentionCall, route: str) -> str | None:
+    """Compiled flex on the flex size route, for a run of queries: it compiles once per shape, so a decode
+    step (a new key count every step) goes to the pieces that read key slices instead."""
+    if route != "flex":
+        return f"the size route is {route}"
+    if call.Nq < TOEPLITZ_MIN_QUERIES:
+        return f"{call.Nq} queries < TOEPLITZ_MIN_QUERIES: compiled flex would compile a kernel per key count"
+    return None
+
+
 def _route_is(name: str) -> Prefer:
     """Preferred only on the size route ``name`` (sdpa's, or flex's and its stand-ins')."""
 
@@ -151,7 +161,7 @@ AUTO_ORDER: tuple[Rule, ...] = (
     Rule("toeplitz", _long_fused),
     Rule("sinks", _sinks_first),
     Rule("sdpa", _route_is("sdpa")),
-    Rule("flex", _route_is("flex")),
+    Rule("flex", _flex_route),
     Rule("band", _route_is("flex")),
     Rule("sinks", _route_is("flex")),
     Rule("chunks", _route_is("flex")),
@@ -269,7 +279,7 @@ def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=N
     k_axes, k_pos = _axes(parts, k_pos, B, Nk, k.device)
     if q_pos is None and Nq > Nk:
         raise ValueError(f"q has more tokens ({Nq}) than k ({Nk}): pass q_pos (default: the last Nq key positions)")
-    q_pos = _as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk), B, Nq, q.device)
+    q_pos = _as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk, device=q.device), B, Nq, q.device)
     k_pos = _as_positions(k_pos, B, Nk, k.device)
     if parts.multiaxis is not None:  # [B,N] positions: the same coordinate on every axis
         from posenc.parts.multiaxis import as_axis_positions

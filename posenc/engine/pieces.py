@@ -6,6 +6,13 @@ PyTorch's ``scaled_dot_product_attention`` (and the CPU flash op it runs) takes 
 the query heads of one key head are *packed* as rows of that key head instead, ``[B,H,Nq,D] ->
 [B,Hk,(H/Hk)*Nq,D]`` (transformers' ``pack_gqa`` does the same for one query): the kernel then reads each key
 block once for the whole group, where its GQA path reads it once per query head.
+
+The log-sum-exp pieces run on the device's fused kernel (:func:`fused_lse`): on the CPU the flash op
+``_scaled_dot_product_flash_attention_for_cpu`` (which reads an additive mask through its strides: the Toeplitz
+view of :mod:`posenc.engine.toeplitz`), on CUDA the memory-efficient kernel
+``_scaled_dot_product_efficient_attention`` (additive bias rows aligned to 16 elements, equal query and key heads:
+a decode step's GQA query heads are packed as rows, other GQA calls repeat the keys), and on any other device the
+same computation in plain torch ops (:func:`math_lse`).
 """
 
 from __future__ import annotations
@@ -53,24 +60,35 @@ def sdpa_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
 
 
 def flash_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
-    """The CPU flash kernel with its rows' log-sum-exp: ``(out [B,H,Nq,Dv], lse [B,H,Nq] float32)``, GQA as
+    """The device's fused kernel with its rows' log-sum-exp: ``(out [B,H,Nq,Dv], lse [B,H,Nq] float32)``, GQA as
     in :func:`sdpa_gqa` (packed for a few queries). ``mask``: None (every key visible) or bool
-    ``[B or 1, 1 or H, Nq, Nk]``; a row that sees no key gets ``out = 0`` and ``lse = -inf`` (the kernel
-    itself leaves such a row undefined)."""
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    ``[B or 1, 1 or H, Nq, Nk]``; a row that sees no key gets ``out = 0`` and ``lse = -inf`` (the kernels
+    themselves leave such a row undefined)."""
     seen = None
-    if mask is not None:  # the op takes an additive mask of q's dtype
+    if mask is not None:  # the kernels take an additive mask of q's dtype
         seen = mask.any(dim=-1)  # [B|1,1|H,Nq]
         mask = torch.where(mask, q.new_zeros(()), q.new_full((), float("-inf")))
-    o, lse = _flash(flash, q, k, v, mask)
+    o, lse = fused_lse(q, k, v, mask)
     if seen is not None and not bool(seen.all()):
         o = torch.where(seen[..., None], o, torch.zeros_like(o))
         lse = torch.where(seen, lse, torch.full_like(lse, float("-inf")))
     return o, lse
 
 
+def fused_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None):
+    """``(softmax(q k^T + bias) v, logsumexp(q k^T + bias))`` for ``q [B,H,Nq,D]`` (scale folded in), ``k, v
+    [B,Hk,Nk,D]`` (``Hk`` divides ``H``) and an additive ``bias`` of q's dtype ``[B or 1, 1 or H, Nq, Nk]`` or
+    None, on the device's fused kernel (module docstring). The CPU kernel reads ``bias`` through its strides (a
+    strided view costs no copy there); elsewhere the bias is copied into rows aligned for the kernel. Rows whose
+    every key is masked are undefined (:func:`flash_lse` zeroes them)."""
+    if q.device.type == "cpu":
+        return _flash(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, q, k, v, bias)
+    kernel = _efficient if q.device.type == "cuda" and q.dtype != torch.float64 else math_lse
+    return device_lse(kernel, q, k, v, bias)
+
+
 def _flash(flash, q, k, v, mask):
-    """The flash op, packed (:func:`_pack`) when that applies."""
+    """The CPU flash op, packed (:func:`_pack`) when that applies."""
     B, H, Nq, _ = q.shape
     Hk = k.shape[1]
     if Hk < H and _packs(q, k, mask):
@@ -81,6 +99,63 @@ def _flash(flash, q, k, v, mask):
         return o.reshape(B, H, Nq, v.shape[-1]), lse.reshape(B, H, Nq)
     o, lse = flash(q, k, v, 0.0, False, attn_mask=mask, scale=1.0)[:2]
     return o, lse
+
+
+BIAS_ALIGN = 16  # elements: the memory-efficient CUDA kernel reads bias rows at 16-element aligned strides
+
+
+def device_lse(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None):
+    """:func:`fused_lse` through ``kernel(q, k, v, bias) -> (out, lse)``, a kernel that needs as many key heads as
+    query heads and an aligned bias: a decode step's GQA query heads packed as rows of their key head, other GQA
+    calls with the keys repeated; the bias copied into a buffer whose rows start at multiples of
+    :data:`BIAS_ALIGN` elements and broadcast (stride 0) over the batch and heads it does not vary in."""
+    B, H, Nq, _ = q.shape
+    Hk, Nk = k.shape[1], k.shape[2]
+    packed = Hk < H and _packs(q, k, bias)
+    if packed:
+        q, bias = _pack(q, Hk, bias)
+    elif Hk < H:
+        k, v = k.repeat_interleave(H // Hk, dim=1), v.repeat_interleave(H // Hk, dim=1)
+    if bias is not None:
+        rows = q.shape[2]
+        width = -(-Nk // BIAS_ALIGN) * BIAS_ALIGN
+        buf = q.new_empty(bias.shape[0], bias.shape[1], rows, width)[..., :Nk]
+        buf.copy_(bias.expand(bias.shape[0], bias.shape[1], rows, Nk))
+        bias = buf.expand(q.shape[0], q.shape[1], rows, Nk)
+    o, lse = kernel(q, k, v, bias)
+    if packed:
+        return o.reshape(B, H, Nq, v.shape[-1]), lse.reshape(B, H, Nq)
+    return o, lse
+
+
+def _efficient(q, k, v, bias):
+    """PyTorch's memory-efficient CUDA kernel with its rows' log-sum-exp (``[B,H,>=Nq]``, cut to ``Nq``)."""
+    o, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, False, scale=1.0)[:2]
+    return o, lse[..., :q.shape[2]].float()
+
+
+def math_lse(q, k, v, bias):
+    """The kernel's computation in plain torch ops (scores and softmax in at least float32, the output in q's
+    dtype): devices without a fused kernel, float64, and the check of :func:`device_lse`'s layout on the CPU."""
+    wide = torch.promote_types(q.dtype, torch.float32)
+    s = q.to(wide) @ k.to(wide).transpose(-1, -2)  # [B,H,Nq,Nk]
+    if bias is not None:
+        s = s + bias.to(wide)
+    lse = torch.logsumexp(s, dim=-1)
+    out = (torch.exp(s - lse[..., None]).to(v.dtype) @ v).to(q.dtype)
+    return out, lse.float()
+
+
+def lse_merge(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """``sum_i exp(l_i - logsumexp_j l_j) o_i`` of ``(o_i [B,H,n,D], l_i [B,H,n])``: the softmax over the
+    union of the pieces' keys (each ``o_i`` is the softmax over its own keys). A piece with ``l = -inf``
+    (no key) weighs 0; every row has at least one finite piece (its own key)."""
+    lses = torch.stack([lse for _, lse in pieces])  # [P,B,H,n]
+    w = torch.softmax(lses, dim=0)  # [P,B,H,n]
+    out = pieces[0][0] * w[0, ..., None].to(pieces[0][0].dtype)
+    for (o, _), wi in zip(pieces[1:], w[1:]):
+        out = out + o * wi[..., None].to(o.dtype)
+    return out
 
 
 def key_span(call: AttentionCall) -> tuple[int, int]:

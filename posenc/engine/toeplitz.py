@@ -11,7 +11,10 @@ The trick: reverse the keys. With ``j = Nk - 1 - n`` the bias becomes ``f(m + j 
 per head with strides ``(1, 1)`` over (query, key): ``g.as_strided((B, H, Nq, Nk), (0, len(g), 1, 1))``.
 Every entry of the view aliases ``g`` (``H x (Nq + Nk)`` floats), and PyTorch's CPU flash kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``) reads an additive mask through its strides
-without copying it. Attention does not care about key order, so the output is unchanged.
+without copying it. Attention does not care about key order, so the output is unchanged. On another device
+(:func:`posenc.engine.pieces.fused_lse`) each chunk's view is copied into an aligned bias for the device's kernel:
+``H x C x keys`` per chunk, which the backends accept there only for a few queries (a decode step); long runs
+go to compiled FlexAttention on such a device.
 
 To keep causal skipping, queries go in chunks of ``C``: a chunk ``[m0, m1)`` attends only the keys
 ``[lo, m1)`` (``lo = 0``, or ``m1 - C - w + 1`` with a window ``w``), so the wasted work is the
@@ -29,6 +32,8 @@ The flash kernel's backward makes the path differentiable in ``q, k, v`` (not in
 from __future__ import annotations
 
 import torch
+
+from posenc.engine.pieces import fused_lse
 
 __all__ = ["toeplitz_attention", "default_chunk"]
 
@@ -97,7 +102,6 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
     kr, vr = (k, v) if reversed_keys else (k.flip(2), v.flip(2))  # key n sits at index Nk - 1 - n (< Nk - key_offset)
     out = q.new_empty(B, H, Nq, D)  # every chunk writes its rows (a chunk without keys writes zeros)
     lse = torch.empty(B, H, Nq, dtype=torch.float32, device=q.device) if return_lse else None
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     for s in range(0, Nq, C):
         e = min(Nq, s + C)
         c, m1 = e - s, q_start + e  # queries at positions m1 - c .. m1 - 1
@@ -111,8 +115,7 @@ def toeplitz_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, profil
         # query i (position m1 - c + i), reversed key j (position hi - 1 - j):
         # d = i + j - (c - 1) + min_distance, stored at g[d + C - 1]
         mask = g.as_strided((B, H, c, hi - lo), (0, L, 1, 1), g.storage_offset() + C - c + min_distance)
-        o, row_lse = flash(q[:, :, s:e], kr[:, :, Nk - hi:Nk - lo], vr[:, :, Nk - hi:Nk - lo], 0.0, False,
-                           attn_mask=mask, scale=1.0)[:2]
+        o, row_lse = fused_lse(q[:, :, s:e], kr[:, :, Nk - hi:Nk - lo], vr[:, :, Nk - hi:Nk - lo], mask)
         if m1 - c - min_distance < lo:  # leading rows of the chunk see no key at all
             seen = torch.arange(m1 - c, m1, device=q.device) - min_distance >= lo  # [c]
             o = torch.where(seen[:, None], o, torch.zeros_like(o))

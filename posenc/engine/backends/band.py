@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from posenc.engine import toeplitz as kernel
-from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, merged_pieces_reason
+from posenc.engine.backends.base import FEW_QUERIES, FUSED_CPU, Backend, distance_profile, merged_pieces_reason
 from posenc.engine.call import AttentionCall
 from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_branch, rotate_keys, rotate_queries
@@ -54,9 +54,6 @@ class BandMerge(Backend):
         o_far, l_far = kernel.toeplitz_attention(far.q, far.k.flip(2), vr, zeros, q_start=q0, min_distance=w,
                                                  return_lse=True, reversed_keys=True)
         return merge_two(o_near, l_near, o_far, l_far)
-
-
-FEW_QUERIES = 64  # below this many queries the pieces are key slices (no reversed copy of every key)
 
 
 def merge_two(o_near, l_near, o_far, l_far):

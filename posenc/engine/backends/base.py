@@ -28,7 +28,7 @@ from posenc.engine.call import AttentionCall, position_run  # noqa: F401 - posit
 from posenc.engine.parts import AttentionParts
 
 ALL_FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-FUSED_CPU = (torch.float32, torch.bfloat16)  # aten._scaled_dot_product_flash_attention_for_cpu
+FUSED_CPU = (torch.float32, torch.bfloat16)  # the fused pieces' dtypes (CPU flash kernel; CUDA memory-efficient)
 
 
 class Backend:
@@ -60,12 +60,23 @@ def first_reason(*checks: tuple[bool, str]) -> str | None:
     return next((msg for failed, msg in checks if failed), None)
 
 
-def fused_cpu_reason(call: AttentionCall) -> str | None:
-    """Why the fused CPU flash kernel cannot run the call (None: it can): it needs CPU tensors, fp32 or
-    bf16, and values as wide as queries."""
+FEW_QUERIES = 64  # a decode step: below this many queries the pieces are key slices with small masks
+
+
+def fused_reason(call: AttentionCall) -> str | None:
+    """Why the device's fused kernel (:func:`posenc.engine.pieces.fused_lse`) cannot run the call's pieces (None:
+    it can). On the CPU: the flash kernel, fp32 or bf16, values as wide as queries, any number of queries (it
+    reads the Toeplitz views through their strides). On another device (CUDA) the pieces' masks are copied into
+    aligned biases, so only a few queries (a decode step, fewer than :data:`FEW_QUERIES`) run there; a longer run
+    goes to compiled FlexAttention, which merges branches by their log-sum-exp itself."""
     q, v = call.q, call.v
+    if q.device.type != "cpu":
+        return first_reason(
+            (call.Nq >= FEW_QUERIES, f"on {q.device.type} the fused pieces take fewer than {FEW_QUERIES} queries "
+                                     f"(a decode step; {call.Nq} here): FlexAttention runs a longer run"),
+            (q.dtype not in FUSED_CPU, f"the fused pieces take fp32/bf16, not {q.dtype}"),
+            (v.shape[-1] != q.shape[-1], "the fused kernel needs values as wide as queries"))
     return first_reason(
-        (q.device.type != "cpu", f"the fused CPU flash kernel needs CPU tensors, not {q.device.type}"),
         (q.dtype not in (torch.float32, torch.bfloat16), f"the fused CPU flash kernel takes fp32/bf16, not {q.dtype}"),
         (v.shape[-1] != q.shape[-1], "the fused CPU flash kernel needs values as wide as queries"),
         (not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"),
@@ -87,7 +98,7 @@ def merged_pieces_reason(call: AttentionCall, *own: tuple[bool, str]) -> str | N
         (parts.remap.restricts_keys, "the remap adds a mask"),
         (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
         (call.needs_grad, "the merge has no backward here"),
-    ) or fused_cpu_reason(call)
+    ) or fused_reason(call)
     if reason is None and call.q_run is None:
         reason = "positions are not keys 0..Nk-1 with a contiguous run of queries in every row"
     return reason

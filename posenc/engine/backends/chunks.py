@@ -5,27 +5,13 @@ the length: the largest piece is one chunk of queries against the keys before it
 
 from __future__ import annotations
 
-import torch
-
 from posenc.engine import toeplitz as kernel
 from posenc.engine.backends.base import FUSED_CPU, Backend, distance_profile, merged_pieces_reason
 from posenc.engine.call import AttentionCall
-from posenc.engine.pieces import flash_lse
+from posenc.engine.pieces import flash_lse, lse_merge  # noqa: F401 - lse_merge: re-exported
 from posenc.engine.rotation import rotate_queries, rotated_keys_once
 
 CHUNK_KINDS = ("same_chunk", "previous_chunk", "earlier_chunks")
-
-
-def lse_merge(pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """``sum_i exp(l_i - logsumexp_j l_j) o_i`` of ``(o_i [B,H,n,D], l_i [B,H,n])``: the softmax over the
-    union of the pieces' keys (each ``o_i`` is the softmax over its own keys). A piece with ``l = -inf``
-    (no key) weighs 0; every row has at least one finite piece (its own key)."""
-    lses = torch.stack([lse for _, lse in pieces])  # [P,B,H,n]
-    w = torch.softmax(lses, dim=0)  # [P,B,H,n]
-    out = pieces[0][0] * w[0, ..., None].to(pieces[0][0].dtype)
-    for (o, _), wi in zip(pieces[1:], w[1:]):
-        out = out + o * wi[..., None].to(o.dtype)
-    return out
 
 
 class ChunkMerge(Backend):

@@ -13,7 +13,7 @@ from posenc.engine.backends.base import (
     distance_profile,
     first_reason,
     fixed_distance_bias,
-    fused_cpu_reason,
+    fused_reason,
 )
 from posenc.engine.call import AttentionCall
 from posenc.engine.parts import AttentionParts
@@ -33,8 +33,8 @@ def window_branch(parts: AttentionParts, q0: int, Nq: int) -> int | None:
 
         def holds(region) -> bool:
             for a in range(q0, q0 + Nq, rows):
-                qp = torch.arange(a, min(q0 + Nq, a + rows))[:, None]  # [r,1]
-                kp = qp - torch.arange(w)[None]  # [r,w] the band, d = 0..w-1
+                qp = torch.arange(a, min(q0 + Nq, a + rows), device="cpu")[:, None]  # [r,1], checked on the CPU
+                kp = qp - torch.arange(w, device="cpu")[None]  # [r,w] the band, d = 0..w-1
                 if not bool((region(qp, kp) | (kp < s)).all()):
                     return False
             return True
@@ -69,7 +69,7 @@ class SinksWindow(Backend):
             (parts.remap.restricts_keys, "the remap adds a mask"),
             (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
             (call.needs_grad, "inference only"),
-        ) or fused_cpu_reason(call) or first_reason(
+        ) or fused_reason(call) or first_reason(
             (not fixed_distance_bias(parts), "the bias is not a fixed function of the distance"),
             (bias is not None and parts.remap.remaps_distance, "the remap changes the distance the bias sees"))
         if reason is not None:

@@ -13,7 +13,7 @@ from posenc.engine.backends.base import (
     distance_profile,
     first_reason,
     fixed_distance_bias,
-    fused_cpu_reason,
+    fused_reason,
 )
 from posenc.engine.call import AttentionCall
 from posenc.engine.scores import rotate_branch
@@ -46,7 +46,7 @@ class Toeplitz(Backend):
             (mask.block is not None, "a block mask is not a distance profile"),
             (mask.chunk is not None, "a chunk mask is not a distance profile"),
             (call.key_mask is not None, "padding keys break the positions-as-indices layout"),
-        ) or fused_cpu_reason(call) or first_reason(
+        ) or fused_reason(call) or first_reason(
             (parts.bias is None and mask.window is None, "no bias and no window: plain causal is SDPA's"),
             # (a learned table's gradient would have to flow through the strided view)
             (not fixed_distance_bias(parts), "the bias is not a fixed function of the distance"))
