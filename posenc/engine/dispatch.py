@@ -279,8 +279,8 @@ def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=N
     k_axes, k_pos = _axes(parts, k_pos, B, Nk, k.device)
     if q_pos is None and Nq > Nk:
         raise ValueError(f"q has more tokens ({Nq}) than k ({Nk}): pass q_pos (default: the last Nq key positions)")
-    q_pos = _as_positions(q_pos if q_pos is not None else torch.arange(Nk - Nq, Nk, device=q.device), B, Nq, q.device)
-    k_pos = _as_positions(k_pos, B, Nk, k.device)
+    q_pos = _as_positions(q_pos if q_pos is not None else _default_positions(Nk - Nq, Nk, B, q.device), B, Nq, q.device)
+    k_pos = _as_positions(k_pos if k_pos is not None else _default_positions(0, Nk, B, k.device), B, Nk, k.device)
     if parts.multiaxis is not None:  # [B,N] positions: the same coordinate on every axis
         from posenc.parts.multiaxis import as_axis_positions
 
@@ -293,6 +293,24 @@ def make_call(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, key_mask=N
                                                  for t in (q, k, v, q_gate, k_gate, sink_logits))
     return AttentionCall(parts, q, k, v, q_pos, k_pos, key_mask, needs_grad, q_axes=q_axes, k_axes=k_axes,
                          q_gate=q_gate, k_gate=k_gate, sink_logits=sink_logits)
+
+
+_DEFAULT_POSITIONS: dict = {}  # (lo, hi, B, device) -> [B, hi-lo] positions lo..hi-1, at most 16 kept
+
+
+def _default_positions(lo: int, hi: int, B: int, device) -> torch.Tensor:
+    """``lo .. hi-1`` in every row ``[B, hi-lo]``, the same tensor for the same arguments while kept, so calls of
+    the functional API without positions share what the engine remembers about positions
+    (:func:`posenc.engine.call.memo_positions`: block masks, position facts) as a model's layers do."""
+    if torch.is_inference_mode_enabled():  # an inference tensor must not outlive its mode (autograd refuses it)
+        return torch.arange(lo, hi, device=device)[None].expand(B, -1)
+    key = (lo, hi, B, str(device))
+    hit = _DEFAULT_POSITIONS.get(key)
+    if hit is None:
+        if len(_DEFAULT_POSITIONS) >= 16:
+            _DEFAULT_POSITIONS.pop(next(iter(_DEFAULT_POSITIONS)))
+        hit = _DEFAULT_POSITIONS[key] = torch.arange(lo, hi, device=device)[None].expand(B, -1)
+    return hit
 
 
 def _as_positions(pos, B: int, N: int, device) -> torch.Tensor:

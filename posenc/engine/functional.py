@@ -19,5 +19,5 @@ def attention(q, k, v, scheme: PositionScheme, q_pos=None, k_pos=None, impl: str
     if not isinstance(scheme, PositionScheme):
         raise ValueError(f"scheme must be a PositionScheme, got {type(scheme).__name__}")
     check_inputs(q, k, v, impl, scale, key_mask)
-    parts = parts_for(scheme.to_json(), q.shape[1], q.shape[-1])
+    parts = parts_for(scheme.to_json(), q.shape[1], q.shape[-1], str(q.device))
     return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale, key_mask=key_mask)

@@ -136,13 +136,14 @@ class AttentionParts(nn.Module):
 
 
 @lru_cache(maxsize=64)
-def parts_for(scheme_json: str, n_heads: int, head_dim: int) -> AttentionParts:
-    """Parts of a parameter-free scheme, shared by every functional call with that scheme and shape."""
+def parts_for(scheme_json: str, n_heads: int, head_dim: int, device: str = "cpu") -> AttentionParts:
+    """Parts of a parameter-free scheme on ``device`` (their tables: ALiBi slopes, frequencies), shared by every
+    functional call with that scheme, shape and device."""
     parts = AttentionParts(PositionScheme.from_json(scheme_json), n_heads, head_dim)
     if any(p.requires_grad for p in parts.parameters()):
         raise ValueError("this scheme has learned parameters (bias/relative tables); use "
                          "posenc.PositionalAttention, which owns them, instead of posenc.attention")
-    return parts
+    return parts.to(torch.device(device))
 
 
 def expand_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:

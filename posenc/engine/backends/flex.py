@@ -33,8 +33,11 @@ FLEX_BLOCK = 128  # the block size of the block masks and of the compiled kernel
 _FLEX_SEEN: set = set()  # (scheme, shapes, dtype, padding) already run by the compiled flex callable
 
 
-@lru_cache(maxsize=1)
-def _compiled_flex():
+@lru_cache(maxsize=2)
+def _compiled_flex(device_type: str = "cpu"):
+    """The compiled ``flex_attention`` for a device type. On the CPU one graph per shape (``dynamic=False``, as
+    the block-padding workaround of :meth:`Flex.run` was measured); on CUDA PyTorch's automatic dynamic shapes: a
+    second length recompiles once with symbolic lengths, so a suite's many lengths do not compile a kernel each."""
     import torch._dynamo.config as dynamo_config
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -43,7 +46,7 @@ def _compiled_flex():
     # to eager flex, which materialises the scores.
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
     dynamo_config.cache_size_limit = max(dynamo_config.cache_size_limit, 256)
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=False if device_type == "cpu" else None)
 
 
 MASK_PAIRS = 1 << 26  # (query, key) pairs a block-mask build evaluates at once
@@ -310,14 +313,15 @@ def _run_flex(call: AttentionCall, q, k, v, score_mod, bm, with_lse: bool):
         t0 = time.perf_counter()
     kw = {"score_mod": score_mod, "block_mask": bm, "scale": 1.0, "enable_gqa": k.shape[1] != q.shape[1]}
     lse = None
+    flex = _compiled_flex(q.device.type)
     if not with_lse:
-        out = _compiled_flex()(q, k, v, **kw)
+        out = flex(q, k, v, **kw)
     else:
         aux = _aux_request()
         if aux is None:
-            out, lse = _compiled_flex()(q, k, v, return_lse=True, **kw)
+            out, lse = flex(q, k, v, return_lse=True, **kw)
         else:
-            out, got = _compiled_flex()(q, k, v, return_aux=aux, **kw)
+            out, got = flex(q, k, v, return_aux=aux, **kw)
             lse = got.lse
     if first:
         log.info("FlexAttention ready in %.1f s", time.perf_counter() - t0)
