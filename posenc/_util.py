@@ -37,6 +37,24 @@ def check_device(name: str, value) -> str:
     return str(value)
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""The model dtypes a command or a run accepts: ``auto`` is float32 on the CPU (and every device but CUDA),
+bfloat16 on CUDA (:func:`check_dtype`)."""
+
+
+def check_dtype(name: str, value, device="cpu") -> str:
+    """The dtype name (``"float32"``, ``"bfloat16"`` or ``"float16"``) that ``value`` (one of :data:`DTYPES`, or a
+    ``torch.dtype`` of those) means on ``device``: ``"auto"`` is bfloat16 on CUDA and float32 elsewhere.
+    ``ValueError`` naming ``name`` for anything else."""
+    if isinstance(value, torch.dtype):
+        value = str(value).removeprefix("torch.")
+    if value not in DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(DTYPES)}, got {value!r}")
+    if value == "auto":
+        return "bfloat16" if torch.device(device).type == "cuda" else "float32"
+    return value
+
+
 def check_even_int(name: str, value, why: str = "dimension pairs") -> int:
     """Return ``value`` as an even int >= 2, or raise ``ValueError`` naming the parameter."""
     value = check_positive_int(name, value, minimum=2)

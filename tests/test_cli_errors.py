@@ -106,6 +106,11 @@ CASES = [
     (["bench", "--out", NO, "--threads", "0"], "threads must be an integer >= 1, got 0"),
     (["bench", "--out", NO, "--preset", "quik"], "(did you mean 'quick'?)"),
     (["bench", "--out", NO, "--preset", "smollm2", "--seed", "3"], "--seed is for the lab presets"),
+    (["bench", "--out", NO, "--preset", "smollm2", "--dtype", "bf16"], "invalid choice: 'bf16'"),
+    (["bench", "--out", NO, "--preset", "smollm2", "--device", "bogus"], "--device must be a torch device"),
+    (["bench", "--out", NO, "--dtype", "float16"], "--dtype float16 is for the real-model presets"),
+    (["tune", NO, "--length", "64", "--out", NO, "--device", "bogus"], "--device must be a torch device"),
+    (["tune", NO, "--length", "64", "--out", NO, "--dtype", "fp16"], "invalid choice: 'fp16'"),
     (["bnech", "--out", NO], "invalid choice: 'bnech'"),
     (["bnech", "--out", NO], "(did you mean 'bench'?)"),
     (["train", "--out", NO, "--stpes", "3"], "unrecognized arguments: --stpes 3"),
@@ -130,7 +135,9 @@ def test_bad_values_print_one_line_and_exit_2(argv, match, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.parametrize("argv", [["train", "--out", NO], ["eval", NO], ["bench", "--out", NO]])
+@pytest.mark.parametrize("argv", [["train", "--out", NO], ["eval", NO], ["bench", "--out", NO],
+                                  ["bench", "--out", NO, "--preset", "smollm2"],
+                                  ["tune", NO, "--length", "64", "--out", NO]])
 def test_cuda_without_cuda_is_a_clear_error(argv, capsys):
     rc, err = run_cli(argv + ["--device", "cuda"], capsys)
     assert_one_line_error(rc, err, "'cuda' is not available on this machine")

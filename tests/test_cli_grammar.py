@@ -14,8 +14,10 @@ from posenc.cli import SUBCOMMANDS, build_parser
 # The positional argument is the thing acted on, named by what it is (never ckpt/run_dir/checkpoint).
 POSITIONAL = {"eval": "MODEL", "generate": "RUN", "extend": "MODEL", "export": "RUN", "plot": "KIND",
               "perf": "BENCHMARK", "schemes": "NAME", "compat": "FAMILY", "data": "CORPUS", "tune": "MODEL"}
-# Commands that run a model take --device; commands that draw random numbers take --seed.
-DEVICE = {"bench", "train", "eval", "generate"}
+# Commands that run a model take --device (and --dtype where it may run in another precision than float32);
+# commands that draw random numbers take --seed.
+DEVICE = {"bench", "train", "eval", "generate", "tune"}
+DTYPE = {"bench", "eval", "generate", "tune"}
 SEED = {"bench", "train", "eval", "generate", "compat", "tune"}
 # Commands that take a method take --method SPEC with --param, --factor and --window.
 METHOD = {"train", "eval", "generate", "extend"}
@@ -81,6 +83,10 @@ def test_shared_flags_mean_the_same_everywhere(name):
     assert ("--device" in options) == (name in DEVICE)
     if name in DEVICE:
         assert options["--device"].default == "cpu" and options["--device"].metavar == "DEVICE"
+    assert ("--dtype" in options) == (name in DTYPE)
+    if name in DTYPE:
+        assert options["--dtype"].default == "auto" and options["--dtype"].metavar == "DTYPE"
+        assert tuple(options["--dtype"].choices) == ("auto", "float32", "bfloat16", "float16")
     assert ("--seed" in options) == (name in SEED)
     if name in SEED:
         assert options["--seed"].type is int and options["--seed"].metavar == "N"

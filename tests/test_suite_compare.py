@@ -12,7 +12,7 @@ from posenc.hf.suite.spec import cell_key, method_params
 from posenc.lab.stats import paired_difference
 
 L = 1024
-FACTS = SimpleNamespace(model_id="tiny", train_len=L, head_dim=16, base=10000.0)
+FACTS = SimpleNamespace(model_id="tiny", train_len=L, head_dim=16, base=10000.0, device="cpu", dtype="float32")
 CONTEXTS = (ContextSpec("book", ("niah",), seeds=1, target=8), ContextSpec("noise", ("passkey",), seeds=3))
 
 

@@ -8,8 +8,9 @@ The rules (docs/cli.md has them as one table, and ``tests/test_cli_grammar.py`` 
 - ``--out DIR`` is always a folder;
 - ``--method SPEC`` takes a composition ``a+b`` wherever a method is taken, with ``--param KEY=VALUE`` and the
   shortcuts ``--factor`` and ``--window``;
-- ``--quiet`` on every command, ``--device`` on every command that runs a model, ``--seed`` on every command
-  that draws random numbers, each with the same meaning everywhere;
+- ``--quiet`` on every command, ``--device`` on every command that runs a model (with ``--dtype`` where the model
+  may run in another precision than float32), ``--seed`` on every command that draws random numbers, each with the
+  same meaning everywhere;
 - every flag's help shows its default; a bad value is one line naming the flag, with "did you mean" for names.
 """
 
@@ -100,6 +101,23 @@ def subparser(sub, name: str, help: str, description: str | None = None) -> Pars
 def add_device(p: argparse.ArgumentParser) -> None:
     """``--device``: the torch device every model of the command runs on."""
     p.add_argument("--device", default="cpu", metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, ...")
+
+
+def add_dtype(p: argparse.ArgumentParser) -> None:
+    """``--dtype``: the dtype every model of the command is loaded with (read it with :func:`device_dtype`)."""
+    from posenc._util import DTYPES
+
+    p.add_argument("--dtype", default="auto", choices=DTYPES, metavar="DTYPE",
+                   help="model dtype: auto (float32 on cpu, bfloat16 on cuda), float32, bfloat16 or float16")
+
+
+def device_dtype(args: argparse.Namespace) -> tuple[str, str]:
+    """``(device, dtype)`` of ``--device`` and ``--dtype``, checked: a device this machine lacks or a dtype that is
+    not one of the choices is one line naming the flag; ``auto`` resolved for the device."""
+    from posenc._util import check_device, check_dtype
+
+    device = check_device("--device", args.device)
+    return device, check_dtype("--dtype", args.dtype, device)
 
 
 def add_seed(p: argparse.ArgumentParser, default, help: str = "random seed") -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from posenc.cli._common import add_device, add_out, add_seed, subparser
+from posenc.cli._common import add_device, add_dtype, add_out, add_seed, device_dtype, subparser
 
 
 def _suite_presets() -> dict:
@@ -29,6 +29,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default=None, metavar="DIR", help="checkpoint folder (default: OUT/runs)")
     p.add_argument("--corpus", default=None, metavar="NAME", help="corpus name or path (default: the preset's)")
     add_device(p)
+    add_dtype(p)
     add_seed(p, None, help="seed of training and probes (default: the preset's)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="torch threads (default: the preset's)")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="lab presets: models trained and evaluated at "
@@ -58,11 +59,10 @@ def _run_suite(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} is for the lab presets; {args.preset!r} evaluates a "
                              "pretrained model (its contexts have their own seeds)")
-    if args.device != "cpu":
-        raise ValueError(f"--device {args.device}: the real-model presets run on cpu")
+    device, dtype = device_dtype(args)  # a device this machine lacks: one line naming --device
     try:
         results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
-                            report_only=args.report_only)
+                            report_only=args.report_only, device=device, dtype=dtype)
     except KeyboardInterrupt:
         print(f"posenc: interrupted; finished cells are kept in {args.out}/cells: run the same command to continue")
         return 130
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             raise ValueError(f"--{flag.replace('_', '-')} is for the real-model presets ("
                              + ", ".join(sorted(_suite_presets())) + ")")
+    if args.dtype not in ("auto", "float32"):
+        raise ValueError(f"--dtype {args.dtype} is for the real-model presets; the lab presets train and evaluate "
+                         "in float32 (--dtype auto or float32)")
     from posenc.lab.corpora import check_default_corpus
 
     preset = PRESETS[args.preset]

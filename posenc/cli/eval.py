@@ -9,10 +9,12 @@ from pathlib import Path
 
 from posenc.cli._common import (
     add_device,
+    add_dtype,
     add_method,
     add_out,
     add_seed,
     deprecated,
+    device_dtype,
     floats,
     merge_old,
     params_from_args,
@@ -57,6 +59,7 @@ def add_parser(sub) -> None:
     p.add_argument("--target", type=int, default=None, metavar="N", help="Hugging Face model: tokens scored at the "
                    "end of every window, the same tokens at every length (default: a quarter of the shortest length)")
     add_device(p)
+    add_dtype(p)
     add_seed(p, 0, help="seed of the pass-key contexts")
     deprecated(p, "--methods", dest="old_methods", nargs="*", use="give --method once per method")
     deprecated(p, "--hf-model", dest="old_hf_model", use="give the model as the positional MODEL")
@@ -104,7 +107,7 @@ def _text(args: argparse.Namespace) -> str:
     raise ValueError("a Hugging Face MODEL needs --text FILE or --corpus NAME to score")
 
 
-def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict) -> list[dict]:
+def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict, dtype: str) -> list[dict]:
     """A Hugging Face model under each method (see :mod:`posenc.hf.evaluate`), one method at a time behind a
     progress bar, reported like a run folder."""
     from tqdm.auto import tqdm
@@ -122,12 +125,13 @@ def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict) -> 
                                methods=[method], params=method_params(method, params, hf=True),
                                max_windows=args.max_windows or 4, target=args.target,
                                passkey_trials=args.passkey_trials, passkey_depths=args.passkey_depths,
-                               device=None if args.device == "cpu" else args.device, seed=args.seed)
+                               device=None if args.device == "cpu" else args.device, dtype=dtype,
+                               seed=args.seed)
     return records
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc._util import check_device, check_positive_int
+    from posenc._util import check_positive_int
     from posenc.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
 
     lines_file = _old_spellings(args)
@@ -139,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     check_positive_int("--batch-size", args.batch_size)
     if args.max_windows is not None:
         check_positive_int("--max-windows", args.max_windows)
-    check_device("--device", args.device)
+    _, dtype = device_dtype(args)
     methods = list(args.method)
     check_eval_args([1], methods)  # an unknown method is refused before anything is loaded
     params = params_from_args(args)  # --factor/--window/--param: honoured on both paths, or refused here
@@ -150,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
     check_method_params(methods or ["none"], params, hf=not run_folder)
     if run_folder:
         from posenc.lab.checkpoint import read_config
+
+        if args.dtype not in ("auto", "float32"):
+            raise ValueError(f"--dtype {args.dtype} is for Hugging Face models; a run folder is evaluated in float32 "
+                             "(--dtype auto or float32)")
         from posenc.lab.corpora import check_default_corpus
 
         check_default_corpus(args.corpus or read_config(args.model).get("extra", {}).get("corpus"))
@@ -160,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from posenc.scheme.methods import is_identity
 
-        records = _evaluate_hf(args, ["none"] + [m for m in methods if not is_identity(m)], params)
+        records = _evaluate_hf(args, ["none"] + [m for m in methods if not is_identity(m)], params, dtype)
     print(format_table(records))
     _write(args, records, lines_file)
     return _refused_rows(records)

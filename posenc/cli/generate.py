@@ -7,7 +7,17 @@ import argparse
 import sys
 import time
 
-from posenc.cli._common import add_device, add_method, add_seed, deprecated, merge_old, params_from_args, subparser
+from posenc.cli._common import (
+    add_device,
+    add_dtype,
+    add_method,
+    add_seed,
+    deprecated,
+    device_dtype,
+    merge_old,
+    params_from_args,
+    subparser,
+)
 
 
 def add_parser(sub) -> None:
@@ -27,6 +37,7 @@ def add_parser(sub) -> None:
                    "tokens with probability >= P (default: all)")
     add_seed(p, None, help="sampling seed (default: torch's current random state)")
     add_device(p)
+    add_dtype(p)
     p.add_argument("--stream", action="store_true",
                    help="run the prompt repeated to --stream-tokens through the model; report tokens/s and memory")
     p.add_argument("--stream-tokens", type=int, default=10000, metavar="N", help="tokens fed with --stream")
@@ -36,15 +47,18 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc._util import check_device, check_positive_int
+    import torch
+
+    from posenc._util import check_positive_int
     from posenc.lab.checkpoint import load_run
 
     merge_old(args, "old_scheme", "method", "--method", "--scheme")
     check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded
     check_positive_int("--chunk", args.chunk)
-    check_device("--device", args.device)
+    device, dtype = device_dtype(args)
     params = params_from_args(args)
-    model, tokenizer = load_run(args.run, device=args.device)
+    model, tokenizer = load_run(args.run, device=device)
+    model = model.to(getattr(torch, dtype))  # with_scheme keeps the device and the dtype
     if args.stream:
         return _stream(args, model.with_scheme(args.method or "streaming_llm", **params), tokenizer)
     if args.method:

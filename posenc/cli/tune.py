@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from posenc.cli._common import add_out, add_seed, subparser
+from posenc.cli._common import add_device, add_dtype, add_out, add_seed, device_dtype, subparser
 
 
 def _context(s: str) -> tuple[str, str, int]:
@@ -49,6 +49,8 @@ def add_parser(sub) -> None:
                         "book:passkey:0 noise:passkey:0)")
     p.add_argument("--target", type=int, default=256, metavar="N", help="scored target-passage tokens per context")
     p.add_argument("--weight", type=float, default=1.0, metavar="X", help="score = loss + X x (1 - retrieval)")
+    add_device(p)
+    add_dtype(p)
     add_seed(p, 0, help="seed of the evolutionary search")
     p.set_defaults(func=run)
 
@@ -58,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
     from posenc.tune.search import DEFAULT_METHODS, tune
 
+    device, dtype = device_dtype(args)  # before anything is loaded or written
     res = tune(args.model, args.length, args.out, budget=args.budget, methods=tuple(args.search or DEFAULT_METHODS),
                longrope=args.longrope, seed=args.seed, contexts=tuple(args.context) if args.context else None,
-               target=args.target, weight=args.weight, progress=not args.quiet)
+               target=args.target, weight=args.weight, progress=not args.quiet, device=device, dtype=dtype)
     if args.quiet:
         w = res["winner"]
         print(json.dumps({"winner": {k: w[k] for k in ("method", "score", "ppl", "retrieval")}, "saved": res["saved"]}))

@@ -119,16 +119,21 @@ def _evaluate_one(model, tokenizer, tokens, lengths, ends, target, base: EvalRec
 def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: Sequence[str] = ("none",), *,
                 text: str | None = None, params: dict | None = None, max_windows: int | None = 4,
                 target: int | None = None, passkey_depths: Sequence[float] | None = None, passkey_trials: int = 0,
-                tokenizer=None, device=None, seed: int = 0) -> list[dict]:
+                tokenizer=None, device=None, dtype: str | None = None, seed: int = 0) -> list[dict]:
     """One :class:`~posenc.lab.records.EvalRecord` row per (method, length) (module docstring): ``scheme`` is the
     model_type, ``params`` the method's parameters as applied, ``passkey`` the pass-key accuracy over
     ``passkey_depths`` (default: a random depth per trial) x ``passkey_trials`` (None when 0). ``target``: scored
     tokens per window (default a quarter of the shortest length). ``params`` go to each method that accepts them;
     one that no method accepts is a ``ValueError`` (it would be ignored). A method that cannot apply
-    (``ValueError``) gives records with ``status="error"`` and the message in ``note``."""
+    (``ValueError``) gives records with ``status="error"`` and the message in ``note``. ``device``: where the model
+    runs (None: where it loads, the CPU); ``dtype``: the dtype it is loaded with (``"float32"``, ``"bfloat16"``,
+    ``"float16"``; None: transformers' default)."""
+    from posenc._util import check_device, check_dtype
     from posenc.hf.patch import extend, load, train_len_of
     from posenc.hf.source import load_tokenizer, source_folder
 
+    device = None if device is None else check_device("device", device)
+    dtype = None if dtype is None else check_dtype("dtype", dtype, device or "cpu")
     folder = source_folder(source)  # one clear error for a missing model, not one record per method
     tok = _check_tokenizer(tokenizer, load_tokenizer(source))
     if tokens is None:
@@ -152,7 +157,7 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     for method in methods:
         base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
         try:
-            model = load(folder).eval()
+            model = load(folder, **({"dtype": getattr(torch, dtype)} if dtype else {})).eval()
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")

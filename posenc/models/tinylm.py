@@ -261,18 +261,21 @@ class TinyLM(nn.Module):
         """The same weights under another scheme. ``scheme`` may be a method name applied to this
         model's scheme (``model.with_scheme("yarn", factor=4)``): for a layer pattern, to its RoPE layers.
         ``layers`` (model layer indices) applies the method to those layers only, turning the scheme into a
-        pattern of ``n_layers`` layers (:func:`posenc.scheme.pattern.extend_pattern`)."""
+        pattern of ``n_layers`` layers (:func:`posenc.scheme.pattern.extend_pattern`). The new model is on this
+        model's device with this model's dtype."""
         if isinstance(scheme, str):
             base = self.scheme if layers is None else self._per_layer_scheme()
             scheme = base.extend(scheme, layers=layers, **params)
         elif params or layers is not None:
             raise ValueError("params and layers are only accepted with a method name")
-        new = TinyLM(replace(self.cfg, scheme=scheme))
+        p = next(self.parameters())
+        with torch.device(p.device):  # built where this model is (no host copy first), then given its dtype
+            new = TinyLM(replace(self.cfg, scheme=scheme)).to(p.dtype)
         missing, unexpected = new.load_state_dict(self.state_dict(), strict=False)
         if missing or unexpected:
             raise ValueError(f"scheme {scheme.name!r} does not fit these weights: missing {missing[:4]}, "
                              f"unexpected {unexpected[:4]}; only schemes with the same learned parts apply")
-        return new.to(next(self.parameters()).device).train(self.training)
+        return new.train(self.training)
 
     def _per_layer_scheme(self) -> PositionScheme:
         """This model's scheme as a pattern with one entry per layer (so layers= indexes model layers)."""

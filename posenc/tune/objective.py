@@ -64,7 +64,8 @@ class TuneObjective:
     """The suite objective of one model at one ``length`` (module docstring). ``source``: a Hugging Face folder,
     a ``.gguf`` file, a lab run or ``"smollm2"`` (:mod:`posenc.hf.source`); ``contexts``: ``(haystack, generators,
     seed)`` triples (:func:`context_triples`), the book ones with a ``target``-token scored passage; ``cells``: the
-    folder of the cell store."""
+    folder of the cell store; ``device``/``dtype``: what the model runs on and with (``"auto"``: float32 on the CPU,
+    bfloat16 on CUDA), named in a cell's key unless they are the CPU and float32."""
 
     source: str
     length: int
@@ -72,6 +73,8 @@ class TuneObjective:
     contexts: tuple = DEFAULT_CONTEXTS
     target: int = 256
     weight: float = 1.0
+    device: str = "cpu"
+    dtype: str = "auto"
     forwards: int = field(default=0, init=False)  # prefills run (not read from the store) by this object
     _facts: object = field(default=None, init=False, repr=False)
     _model: object = field(default=None, init=False, repr=False)
@@ -79,10 +82,12 @@ class TuneObjective:
     _hay: dict = field(default_factory=dict, init=False, repr=False)  # haystack name -> tokens (this model's)
 
     def __post_init__(self):
-        from posenc._util import check_positive_int
+        from posenc._util import check_device, check_dtype, check_positive_int
         from posenc.lab.cells import CellStore
 
         self.length = check_positive_int("length", self.length)
+        self.device = check_device("device", self.device)
+        self.dtype = check_dtype("dtype", self.dtype, self.device)
         self.contexts = context_triples(self.contexts)
         if not self.weight >= 0:
             raise ValueError(f"weight must be >= 0, got {self.weight!r}")
@@ -96,16 +101,12 @@ class TuneObjective:
         if self._facts is None:
             from posenc.hf.suite.spec import load_facts
 
-            self._facts = load_facts(self.source)
+            self._facts = load_facts(self.source, self.device, self.dtype)
         return self._facts
 
     def _loaded(self):
         if self._model is None:
-            import torch
-
-            from posenc.hf.patch import load
-
-            self._model = load(self.facts.folder, dtype=torch.float32).eval()
+            self._model = self.facts.load()  # on the device, with the dtype
         return self._model
 
     def _context(self, haystack: str, generators: str, seed: int):
@@ -123,10 +124,13 @@ class TuneObjective:
         return self._built[key]
 
     def key(self, method: str, params: dict, haystack: str, generators: str, seed: int) -> dict:
-        """The cell key of one (candidate, context)."""
+        """The cell key of one (candidate, context); the device and dtype only where they are not the CPU and
+        float32 (:func:`posenc.hf.suite.spec.runs_on`), so the keys of float32 CPU cells stay as they were."""
+        from posenc.hf.suite.spec import runs_on
+
         return {"tune": TUNE_VERSION, "model": self.facts.model_id, "method": method, "params": params,
                 "length": self.length, "haystack": haystack, "generators": generators, "seed": seed,
-                "target": self.target if haystack == "book" else 0}
+                "target": self.target if haystack == "book" else 0, **runs_on(self.device, self.dtype)}
 
     def pending(self, method: str, params: dict) -> int:
         """How many prefills evaluating this candidate still needs (0: every cell is stored)."""

@@ -175,11 +175,13 @@ def _run_candidates(objective, cands, budget: int, bar, log) -> list[dict]:
 
 def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS, longrope: bool = True,
          seed: int = 0, contexts=None, target: int = 256, weight: float = 1.0,
-         population: int = 8, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+         population: int = 8, progress: bool = True, log: Callable[[str], None] = print, device="cpu",
+         dtype="auto") -> dict:
     """Tune the extension of model ``source`` for ``length`` tokens into folder ``out`` (module docstring) with at
     most ``budget`` forward passes (one prefill of one context each). The budget counts every (candidate, context)
     evaluation, stored or not, so a resumed tune walks the same candidates (reading the stored ones) and ends with
-    the same result as an uninterrupted one. Returns the
+    the same result as an uninterrupted one. ``device``/``dtype``: what the model runs on and with (``"auto"``:
+    float32 on the CPU, bfloat16 on CUDA; :class:`~posenc.tune.objective.TuneObjective`). Returns the
     results dict also written to ``out/results.json``: ``meta``, ``rows`` (best first), ``winner``, ``saved``."""
     from posenc._util import check_positive_int
     from posenc.lab.atomic import atomic_write_json, atomic_write_text
@@ -192,7 +194,8 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
     out = Path(out)
     with FolderLock(out, what="tune"):
         t0 = time.perf_counter()
-        obj = TuneObjective(str(source), length, out / "cells", tuple(contexts or DEFAULT_CONTEXTS), target, weight)
+        obj = TuneObjective(str(source), length, out / "cells", tuple(contexts or DEFAULT_CONTEXTS), target, weight,
+                            device, dtype)
         f = obj.facts
         if length <= f.train_len:
             raise ValueError(f"length must be > the model's trained length {f.train_len}, got {length}")
@@ -226,7 +229,8 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
         rows.sort(key=lambda r: r["score"])
         saved = save_winner(obj, rows, out)
         results = {"meta": {"model": str(source), "model_id": f.model_id, "train_len": f.train_len, "length": length,
-                            "budget_forwards": budget, "forwards_run": obj.forwards, "seed": seed,
+                            "device": obj.device, "dtype": obj.dtype, "budget_forwards": budget,
+                            "forwards_run": obj.forwards, "seed": seed,
                             "contexts": [list(c) for c in obj.contexts], "target_tokens": target, "weight": weight,
                             "score": "loss + weight x (1 - retrieval)", "seconds": round(time.perf_counter() - t0, 1),
                             "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},

@@ -8,6 +8,10 @@ Registered (:data:`CALIBRATIONS`, method name -> parameter -> function):
   one forward pass over a pass-key context at the preset's reference length (the needle far back, as DuoAttention
   calibrates on passkeys in long filler), with the sinks and window the method runs with at that length, half of
   the (layer, KV head) pairs kept retrieving.
+
+A calibration runs the run's model on its device with its dtype (:class:`posenc.hf.suite.spec.ModelFacts`), its
+input made there too, so what the engine records stays on that device; its key names the device and dtype as a
+cell's key does (:func:`posenc.hf.suite.spec.runs_on`: nothing for float32 on the CPU).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ def duo_streaming(m, preset, length: int) -> list[list[int]]:
     ctx = build_context(m.tokenizer, make_haystack("noise", m.tokenizer), length, ("passkey",), seed=0,
                         options={"passkey": {"depth": 0.1}})
     n_layers = model.config.num_hidden_layers
+    ids = torch.tensor([ctx.ids], device=next(model.parameters()).device)  # what the engine records stays there
 
     def run():
         with torch.no_grad():
-            model(input_ids=torch.tensor([ctx.ids]), use_cache=False, logits_to_keep=1)
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
     return calibrate_duo(run, n_layers, n_sinks=params["n_sinks"], window=params["window"], retrieval_fraction=0.5)
 
@@ -49,7 +54,7 @@ def resolve(preset, m, store, log: Callable[[str], None] = print, *, compute: bo
     """``preset`` with every ``"calibrate"`` parameter replaced by its value for model ``m`` (computed once and
     kept in ``store`` under a calibration key). ``compute=False``: only the values already kept are filled in
     (the others stay ``"calibrate"``, so no finished cell matches their rows)."""
-    from posenc.hf.suite.spec import SUITE_VERSION, method_spec
+    from posenc.hf.suite.spec import SUITE_VERSION, method_spec, runs_on
 
     params = {label: dict(p) for label, p in preset.params.items()}
     for label, fixed in params.items():
@@ -61,7 +66,7 @@ def resolve(preset, m, store, log: Callable[[str], None] = print, *, compute: bo
                 raise ValueError(f"{label}.{name}='calibrate': no calibration is registered for it "
                                  f"(registered: { {k: sorted(v) for k, v in CALIBRATIONS.items()} })")
             key = {"suite": SUITE_VERSION, "calibration": f"{method_spec(label)}.{name}", "model": m.model_id,
-                   "length": preset.reference_length}
+                   "length": preset.reference_length, **runs_on(m.device, m.dtype)}
             got = store.get(key)
             if got is None and not compute:
                 continue

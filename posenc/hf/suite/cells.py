@@ -67,7 +67,8 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
             by_pair.setdefault((n, method), []).append((spec, seed))
         for (n, method), todo in by_pair.items():
             params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
-            keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat), spec, s) for spec, s in todo]
+            keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype),
+                     spec, s) for spec, s in todo]
             pending = [(k, spec, s) for k, spec, s in keys if store.get(k) is None]
             why = pruned(store, m, preset, method, n) if pending else None
             if missing is not None and pending and not why:

@@ -81,11 +81,12 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
     return None
 
 
-def _machine() -> dict:
+def _machine(device="cpu") -> dict:
     import torch
 
+    gpu = {"gpu": torch.cuda.get_device_name(device)} if torch.device(device).type == "cuda" else {}
     return {"cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "processor": _cpu_model(), "threads": torch.get_num_threads()}
+            "platform": platform.platform(), "processor": _cpu_model(), "threads": torch.get_num_threads(), **gpu}
 
 
 def _cpu_model() -> str:
@@ -99,9 +100,13 @@ def _cpu_model() -> str:
 
 
 def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
-              log: Callable[[str], None] = print, report_only: bool = False) -> dict:
+              log: Callable[[str], None] = print, report_only: bool = False, device="cpu", dtype="auto") -> dict:
     """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
     ``results.json`` and the report (:mod:`posenc.hf.suite.results`). Returns the results dict.
+
+    ``device``/``dtype``: what every model of the run is loaded on and with (``"auto"``: float32 on the CPU,
+    bfloat16 on CUDA); a cell's key names them unless they are the CPU and float32
+    (:func:`posenc.hf.suite.spec.runs_on`), and ``results.json``'s meta records them.
 
     ``report_only``: run no cell (and no calibration); write the results and the report of the cells finished so
     far, with ``meta["missing"]`` (``{"method@length": unfinished cells}``) and ``meta["complete"]`` saying what is
@@ -131,7 +136,7 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
         try:
             from posenc.hf.suite.calibration import resolve
 
-            m = load_facts(preset.model)
+            m = load_facts(preset.model, device, dtype)
             store = CellStore(cells)
             t0 = time.perf_counter()
             preset = resolve(preset, m, store, log, compute=not report_only)
@@ -143,7 +148,7 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
             if report_only and not skipped and sum(missing.values()) == len(plan(preset)):
                 raise ValueError(f"--report-only: no cell of {preset.name!r} is finished in {cells}; run it without "
                                  "--report-only first, or name a folder that holds its cells with --cells")
-            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(), run_seconds=elapsed,
-                                 missing=missing or {})
+            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(m.device),
+                                 run_seconds=elapsed, missing=missing or {})
         finally:
             torch.set_num_threads(old)

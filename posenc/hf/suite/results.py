@@ -56,7 +56,8 @@ def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
         if not spec.used_at(n):
             continue
         for s in spec.seed_range:
-            v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat))
+            v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device,
+                                   dtype=m.dtype))
             if v is not None:
                 out.append((spec, s, v))
     return out
@@ -222,7 +223,8 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
              for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
     total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
-            "model_id": m.model_id, "train_len": m.train_len, "config": preset.to_dict(), "machine": machine,
+            "model_id": m.model_id, "train_len": m.train_len, "device": m.device, "dtype": m.dtype,
+            "config": preset.to_dict(), "machine": machine,
             "left_out": skipped, "missing": dict(missing or {}), "complete": not missing, "cells": len(cells),
             "cell_seconds_total": round(total, 1), "this_sitting_seconds": round(run_seconds, 1)}
     results = {"meta": meta, **body}

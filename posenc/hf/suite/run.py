@@ -12,7 +12,9 @@ logits it needs (``logits_to_keep``: the target passage's, or the last one: a 16
 
 So a query costs a few dozen tokens of decoding against the cached context instead of a prefill of its own.
 The prefill's wall time and the process's peak resident memory during it (Linux ``VmHWM``, reset before the
-prefill through ``/proc/self/clear_refs``) are recorded with the answers.
+prefill through ``/proc/self/clear_refs``) are recorded with the answers; on CUDA the prefill is timed to the end
+of its kernels (``torch.cuda.synchronize``) and the peak GPU memory it allocated is recorded too
+(``peak_gpu_mb``). Every tensor is made on the model's device.
 """
 
 from __future__ import annotations
@@ -90,6 +92,13 @@ def greedy_answer(model, tokenizer, cache, ids, max_new_tokens: int, lines: bool
     return tokenizer.decode(out), len(out)
 
 
+def _sync(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (CUDA runs asynchronously: a clock read before it ends would time
+    the kernel launches, not the prefill)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _target_losses(logits: torch.Tensor, ids: torch.Tensor, target: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss (nats) and top-1 hit of the last ``target`` tokens from the logits of the ``target + 1``
     positions before them (``logits [target + 1, V]``)."""
@@ -103,14 +112,22 @@ def run_context(model, tokenizer, ctx: Context, *, block: int = 64) -> dict:
     """Prefill ``ctx`` once, score its target passage and answer its queries (module docstring). Returns
     ``{"prefill_s", "peak_rss_mb", "target": {"loss", "accuracy", "block_losses", "tokens"} | None,
     "answers": [{"kind", "correct", "fraction", "answer", "depth", "distance", "chance"}], "decode_tokens",
-    "decode_s"}``; ``block_losses`` are mean losses over consecutive ``block``-token blocks of the target."""
+    "decode_s"}`` (and ``"peak_gpu_mb"`` on CUDA); ``block_losses`` are mean losses over consecutive
+    ``block``-token blocks of the target."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(ctx.ids)], device=device)
     reset_peak_rss()
+    gpu = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    _sync(device)
     t = time.perf_counter()
     out = model(input_ids=ids, use_cache=True, logits_to_keep=ctx.target + 1 if ctx.target else 1)
+    _sync(device)
     prefill_s = time.perf_counter() - t
     peak = peak_rss_mb()
+    if device.type == "cuda":
+        gpu = {"peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20}
     target = None
     if ctx.target:
         nll, hit = _target_losses(out.logits[0], ids[0], ctx.target)
@@ -132,4 +149,4 @@ def run_context(model, tokenizer, ctx: Context, *, block: int = 64) -> dict:
                         "answer": answer_text(text, len(q.golds) > 1), "depth": round(ctx.depth(q), 4),
                         "distance": ctx.distance(q), "chance": q.chance})
     return {"prefill_s": prefill_s, "peak_rss_mb": peak, "target": target, "answers": answers,
-            "decode_tokens": decoded, "decode_s": time.perf_counter() - t}
+            "decode_tokens": decoded, "decode_s": time.perf_counter() - t, **gpu}

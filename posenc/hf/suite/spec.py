@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["ContextSpec", "ModelFacts", "SUITE_VERSION", "SuitePreset", "cell_key", "load_facts", "method_params",
-           "method_spec", "plan"]
+           "method_spec", "plan", "runs_on"]
 
 SUITE_VERSION = 1
 """Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
@@ -106,11 +106,24 @@ def method_params(method: str, train_len: int, length: int, head_dim: int, base:
     return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base, hf=True), **fixed.get(method, {})}
 
 
-def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool) -> dict:
-    """Everything a cell's result depends on (:class:`posenc.lab.cells.CellStore` key)."""
+def runs_on(device="cpu", dtype: str = "float32") -> dict:
+    """What a cell key adds for the device and dtype the model ran with: ``dtype`` unless it is float32, ``device``
+    (its type: ``"cuda"``, not ``"cuda:1"``) unless it is the CPU. Float32 on the CPU adds nothing, so every cell
+    computed before runs took a device keeps its key; a result depends on the dtype (and, at float noise, on the
+    device), so a bfloat16 or CUDA cell never answers for a float32 CPU one."""
+    import torch
+
+    kind = torch.device(device).type
+    return {**({"dtype": dtype} if dtype != "float32" else {}), **({"device": kind} if kind != "cpu" else {})}
+
+
+def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool, *,
+             device="cpu", dtype: str = "float32") -> dict:
+    """Everything a cell's result depends on (:class:`posenc.lab.cells.CellStore` key); ``device``/``dtype``: what
+    the model ran with (:func:`runs_on`)."""
     return {"suite": SUITE_VERSION, "model": model_id, "method": method, "params": params, "length": length,
             "haystack": spec.haystack, "generators": list(spec.generators), "target": spec.target, "seed": seed,
-            "chat": chat, **({"options": spec.options} if spec.options else {})}
+            "chat": chat, **({"options": spec.options} if spec.options else {}), **runs_on(device, dtype)}
 
 
 def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
@@ -121,7 +134,8 @@ def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
 
 @dataclass
 class ModelFacts:
-    """The untouched model's folder, tokenizer and shape facts, loaded once per run."""
+    """The untouched model's folder, tokenizer and shape facts, loaded once per run, and the ``device`` and
+    ``dtype`` (a name: ``"float32"``, ``"bfloat16"``, ``"float16"``) every model of the run is loaded with."""
 
     folder: Path
     tokenizer: object
@@ -129,23 +143,35 @@ class ModelFacts:
     train_len: int
     head_dim: int
     base: float
+    device: str = "cpu"
+    dtype: str = "float32"
 
-    def fresh(self, method: str, params: dict):
-        """A fresh copy of the model (float32, eval) extended with row ``method`` (a label)."""
+    def load(self):
+        """The untouched model in eval mode, with the run's dtype, on its device."""
         import torch
 
-        from posenc.hf.patch import extend, load
+        from posenc.hf.patch import load
 
-        model = load(self.folder, dtype=torch.float32)
-        return extend(model, method_spec(method), **params)  # "none": the model as it is
+        return load(self.folder, dtype=getattr(torch, self.dtype)).to(self.device)
+
+    def fresh(self, method: str, params: dict):
+        """A fresh copy of the model (:meth:`load`) extended with row ``method`` (a label)."""
+        from posenc.hf.patch import extend
+
+        return extend(self.load(), method_spec(method), **params)  # "none": the model as it is
 
 
-def load_facts(source) -> ModelFacts:
+def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
+    """The facts of model ``source`` for a run on ``device`` with ``dtype`` (``"auto"``: float32 on the CPU,
+    bfloat16 on CUDA; :func:`posenc._util.check_dtype`); ``ValueError`` for a device this machine lacks."""
     from transformers import AutoConfig
 
+    from posenc._util import check_device, check_dtype
     from posenc.hf.patch import scheme_from_config, train_len_of
     from posenc.hf.source import load_tokenizer, source_folder
 
+    device = check_device("device", device)
+    dtype = check_dtype("dtype", dtype, device)
     folder = source_folder(source)
     cfg = AutoConfig.from_pretrained(folder)
     rope = scheme_from_config(cfg).rope
@@ -153,4 +179,5 @@ def load_facts(source) -> ModelFacts:
         raise ValueError(f"model {source!r} has no RoPE: the suite's methods extend RoPE models")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     model_id = f"{Path(folder).name}:{cfg.model_type}"  # the folder name holds the GGUF's digest when converted
-    return ModelFacts(folder, load_tokenizer(source), model_id, train_len_of(cfg), int(head_dim), float(rope.base))
+    return ModelFacts(folder, load_tokenizer(source), model_id, train_len_of(cfg), int(head_dim), float(rope.base),
+                      device, dtype)
