@@ -47,7 +47,7 @@ def default_inv_freq(head_dim: int, base: float = 10000.0) -> torch.Tensor:
 
 def _distances(max_distance) -> torch.Tensor:
     max_distance = check_positive_int("max_distance", max_distance)
-    return torch.arange(max_distance + 1, dtype=torch.float64)  # 0..max_distance inclusive
+    return torch.arange(max_distance + 1, dtype=torch.float64, device="cpu")  # 0..max_distance inclusive
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def rope_decay_curve(head_dim: int, max_distance: int, base: float = 10000.0,
     if inv_freq is None:
         theta = default_inv_freq(head_dim, base)
     else:
-        theta = torch.as_tensor(inv_freq).detach().to(torch.float64).flatten()
+        # on the host with the distances, in float64, wherever the schedule came from (a model on a GPU)
+        theta = torch.as_tensor(inv_freq).detach().to(device="cpu", dtype=torch.float64).flatten()
         if theta.numel() == 0 or not torch.isfinite(theta).all():
             raise ValueError("inv_freq must be a non-empty tensor of finite values")
     chunk = check_positive_int("chunk", chunk)

@@ -50,7 +50,7 @@ def _key_positions(query, Nk, attention_mask, kwargs) -> torch.Tensor:
         return k_pos_raw.expand(B, -1) if k_pos_raw.shape[0] != B else k_pos_raw
     if attention_mask is None:
         pid = kwargs.get("position_ids")
-        last = pid[:, -1:] if pid is not None else torch.full((1, 1), Nk - 1)
+        last = pid[:, -1:] if pid is not None else torch.full((1, 1), Nk - 1, device=query.device)
         return (last.to(query.device) - (Nk - 1) + torch.arange(Nk, device=query.device)).expand(B, -1)
     raise ValueError("posenc attention needs the 2-D padding mask, not a prepared 4-D mask")
 

@@ -283,14 +283,15 @@ _NAMES = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm", "attn
 
 def _half_layout(w: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Rows of ``w [heads * head_dim, dim]`` reordered per head from interleaved pairs to halves."""
-    perm = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+    perm = torch.cat([torch.arange(0, head_dim, 2, device=w.device), torch.arange(1, head_dim, 2, device=w.device)])
     return w.view(-1, head_dim, w.shape[-1])[:, perm].reshape(w.shape)
 
 
 def _interleaved_layout(w: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Rows of ``w [heads * head_dim, dim]`` reordered per head from halves to interleaved pairs (the inverse
     of :func:`_half_layout`; Llama 4 rotates interleaved pairs)."""
-    perm = torch.stack([torch.arange(head_dim // 2), torch.arange(head_dim // 2, head_dim)], 1).flatten()
+    perm = torch.stack([torch.arange(head_dim // 2, device=w.device),
+                        torch.arange(head_dim // 2, head_dim, device=w.device)], 1).flatten()
     return w.view(-1, head_dim, w.shape[-1])[:, perm].reshape(w.shape)
 
 

@@ -234,8 +234,8 @@ def _layout_of_apply(mod, apply, cos, sin, positions) -> str | None:
     inv = getattr(mod, "inv_freq", None)
     if inv is None or cos.shape[-1] != 2 * inv.shape[-1]:
         return None
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 1, positions.shape[-1], cos.shape[-1], generator=g).to(cos.device)
+    g = torch.Generator(device="cpu").manual_seed(0)  # the same probe on every device: drawn on the host, moved
+    q = torch.randn(1, 1, positions.shape[-1], cos.shape[-1], generator=g, device="cpu").to(cos.device)
     try:
         with torch.no_grad():
             got = apply(q, q.clone(), cos, sin)[0]
@@ -262,7 +262,7 @@ def probe_layout(rotary_modules, attention_modules) -> str:
     ``"half"``. A family whose own rotation matches none of these is refused (``ValueError``)."""
     import sys
 
-    positions = torch.arange(5)[None]  # [1,5]
+    positions = torch.arange(5, device="cpu")[None]  # [1,5], moved to each rotary module's device (_rotary_out)
     module = sys.modules.get(type(attention_modules[0]).__module__) if attention_modules else None
     apply = getattr(module, "apply_rotary_pos_emb", None)
     for mod in rotary_modules:

@@ -61,11 +61,11 @@ def evaluate_lm(logits_fn: LogitsFn, tokens: np.ndarray, eval_len: int, mode: st
     n_buckets = min(check_positive_int("position_buckets", position_buckets), eval_len)
     edges = np.linspace(0, eval_len, n_buckets + 1).round().astype(np.int64)
     bucket_of = torch.from_numpy(np.searchsorted(edges, np.arange(eval_len), side="right") - 1)  # [N]
-    pos = torch.arange(eval_len)
+    pos = torch.arange(eval_len, device="cpu")  # scoring is on the host: the logits are moved there per batch
     loss_sum = correct = count = 0.0
     window_losses: list[float] = []
-    bucket_loss = torch.zeros(n_buckets, dtype=torch.float64)
-    bucket_count = torch.zeros(n_buckets, dtype=torch.float64)
+    bucket_loss = torch.zeros(n_buckets, dtype=torch.float64, device="cpu")
+    bucket_count = torch.zeros(n_buckets, dtype=torch.float64, device="cpu")
 
     from tqdm.auto import tqdm
 

@@ -161,7 +161,7 @@ def score_passkey(logits_fn: LogitsFn, prompt: Sequence[int], answer: Sequence[i
         raise ValueError(f"logits_fn must return [1, {ids.shape[1]}, V], got {tuple(logits.shape)}")
     start = len(prompt) - 1
     pred = logits[0, start:start + len(answer)].argmax(-1).cpu()  # [len(answer)]
-    hits = pred == torch.tensor(list(answer), dtype=torch.long)
+    hits = pred == torch.tensor(list(answer), dtype=torch.long, device="cpu")  # pred was moved to the host
     return {"exact": float(hits.all()), "digit_accuracy": float(hits.float().mean()),
             "predicted": pred.tolist()}
 

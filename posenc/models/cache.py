@@ -100,6 +100,9 @@ class KVCache:
                 raise ValueError(f"max_len ({max_len}) is smaller than the {self.bound} keys this scheme's mask "
                                  f"keeps visible (window + sinks / 2 x block); use max_len >= {self.bound}")
         self.max_len = max_len
+        # every buffer goes on one device, named on each factory call (None: torch's default device, as a plain
+        # factory call would use, but stated)
+        device = torch.get_default_device() if device is None else torch.device(device)
         self.dtype, self.device = dtype, device
         self.fingerprint, self.model_id = fingerprint, model_id
         cap = 0 if initial_capacity is None else check_positive_int("initial_capacity", initial_capacity)
@@ -242,7 +245,7 @@ class KVCache:
 
     def _check_increasing(self, positions: torch.Tensor, key_mask: torch.Tensor | None) -> None:
         """``ValueError`` if a real token's position is not after every earlier real token of its row."""
-        positions = torch.as_tensor(positions).long().expand(self.batch_size, -1)  # [B, N]
+        positions = torch.as_tensor(positions, device=self.device).long().expand(self.batch_size, -1)  # [B, N]
         ok = torch.ones_like(positions, dtype=torch.bool) if key_mask is None else key_mask.bool()
         before = torch.full_like(positions[:, :1], -1) if self._next is None else self._next[:, None] - 1
         seen = torch.where(ok, positions, torch.full_like(positions, -1)).cummax(dim=1).values  # [B, N]

@@ -186,7 +186,8 @@ class StreamingSession:
         return self.cache.tokens_seen
 
     def feed(self, tokens) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        """Logits ``[B,n,V]`` of ``tokens`` (``[B,n]`` or ``[n]``, on any device: moved to the model's)."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.cache.device)
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.shape[0] != self.batch_size:
@@ -202,16 +203,18 @@ class StreamingSession:
                     self.max_capacity = max(self.max_capacity, self.cache.capacity)
         finally:
             self.model.train(was_training)
-        logits = torch.cat(outs, dim=1) if outs else torch.zeros(self.batch_size, 0, self.model.cfg.vocab_size)
+        logits = torch.cat(outs, dim=1) if outs else torch.zeros(self.batch_size, 0, self.model.cfg.vocab_size,
+                                                                  device=self.cache.device)
         return logits
 
     def feed_losses(self, tokens) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        """Next-token loss ``[B,n]`` of each fed token (NaN for the very first token of the stream)."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.cache.device)
         if tokens.dim() == 1:
             tokens = tokens[None]
         logits = self.feed(tokens)
         if logits.shape[1] == 0:
-            return torch.zeros(self.batch_size, 0)
+            return torch.zeros(self.batch_size, 0, device=tokens.device)
         first = (self._last_logits if self._last_logits is not None
                  else torch.full_like(logits[:, 0], float("nan")))
         preds = torch.cat([first[:, None], logits[:, :-1]], dim=1)  # [B,n,V] prediction of each token
@@ -230,7 +233,7 @@ def stream_tokens(model, token_iter: Iterable[int], chunk: int = 64, output: str
     buf: list[int] = []
 
     def flush():
-        t = torch.tensor(buf, dtype=torch.long)
+        t = torch.tensor(buf, dtype=torch.long, device=session.cache.device)
         if output == "loss":
             yield from session.feed_losses(t)[0].tolist()
         else:
