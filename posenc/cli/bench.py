@@ -41,6 +41,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--report-only", action="store_true", help="real-model presets: run no cell; write results.json "
                    "and the report of the cells finished so far, saying which are not run yet (a run completed over "
                    "several sittings)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS", help="real-model presets: run "
+                   "each cell as a task on a Ray cluster (pip install 'posenc[ray]'), one cell per GPU with --device "
+                   "cuda: no ADDRESS starts a local cluster, 'auto' joins the one started on this node, else a Ray "
+                   "address; the cells folder and the model must be on storage every node sees; the results equal "
+                   "a run without it (default: no Ray, the cells one after the other in this process)")
     p.set_defaults(func=run)
     return p
 
@@ -60,9 +65,12 @@ def _run_suite(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} is for the lab presets; {args.preset!r} evaluates a "
                              "pretrained model (its contexts have their own seeds)")
     device, dtype = device_dtype(args)  # a device this machine lacks: one line naming --device
+    if args.ray is not None:
+        _check_ray(args)
     try:
         results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
-                            report_only=args.report_only, device=device, dtype=dtype)
+                            report_only=args.report_only, device=device, dtype=dtype,
+                            dispatch=None if args.ray is None else "ray", ray_address=args.ray)
     except KeyboardInterrupt:
         print(f"posenc: interrupted; finished cells are kept in {args.out}/cells: run the same command to continue")
         return 130
@@ -70,6 +78,17 @@ def _run_suite(args: argparse.Namespace) -> int:
     print(f"report: {args.out}/report.md ({results['meta']['cells']} cells"
           + (f"; {missing} not run yet: run without --report-only to continue)" if missing else ")"))
     return 0
+
+
+def _check_ray(args: argparse.Namespace) -> None:
+    """``--ray``: an address, no ``--report-only``, Ray installed; each refusal one line naming the flag."""
+    from posenc.hf.suite.cluster import require_ray
+
+    if not args.ray.strip():
+        raise ValueError("--ray ADDRESS: the address is empty (leave it out for a local cluster, or 'auto')")
+    if args.report_only:
+        raise ValueError("--ray runs cells and --report-only runs none: leave one of them out")
+    require_ray("--ray")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             raise ValueError(f"--{flag.replace('_', '-')} is for the real-model presets ("
                              + ", ".join(sorted(_suite_presets())) + ")")
+    if args.ray is not None:
+        raise ValueError("--ray is for the real-model presets (" + ", ".join(sorted(_suite_presets())) + "); the "
+                         "lab presets run on this machine, --jobs models at once")
     if args.dtype not in ("auto", "float32"):
         raise ValueError(f"--dtype {args.dtype} is for the real-model presets; the lab presets train and evaluate "
                          "in float32 (--dtype auto or float32)")

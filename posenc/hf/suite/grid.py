@@ -100,7 +100,8 @@ def _cpu_model() -> str:
 
 
 def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
-              log: Callable[[str], None] = print, report_only: bool = False, device="cpu", dtype="auto") -> dict:
+              log: Callable[[str], None] = print, report_only: bool = False, device="cpu", dtype="auto",
+              dispatch: str | None = None, ray_address: str | None = None) -> dict:
     """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
     ``results.json`` and the report (:mod:`posenc.hf.suite.results`). Returns the results dict.
 
@@ -115,7 +116,11 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
     ``cells_dir``: keep the cells there instead, e.g. another run's ``cells`` folder. A cell's key names everything
     its result depends on (model, method, parameters, length, context, seed, suite version), not the preset, so a
     preset that shares cells with a larger one reads the cells that one finished and adds its own there; the folder
-    holding ``cells_dir`` is locked as well, so the two runs cannot write it at once."""
+    holding ``cells_dir`` is locked as well, so the two runs cannot write it at once.
+
+    ``dispatch``: None runs the cells here, one after the other; ``"ray"`` runs each as a task on a Ray cluster
+    (:mod:`posenc.hf.suite.cluster`: ``ray_address`` None starts a local one, ``"auto"`` or an address joins one),
+    with the same cells, the same left-out pairs and the same results but for timing and machine fields."""
     from contextlib import ExitStack
 
     from posenc.hf.suite.cells import run_cells
@@ -123,6 +128,14 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
     from posenc.lab.cells import CellStore
     from posenc.lab.lock import FolderLock
 
+    if dispatch not in (None, "ray"):
+        raise ValueError(f"dispatch must be None (run the cells here) or 'ray', got {dispatch!r}")
+    if dispatch and report_only:
+        raise ValueError("dispatch='ray' runs cells and report_only runs none: pass one of them")
+    if dispatch:
+        from posenc.hf.suite.cluster import require_ray
+
+        require_ray()
     out = Path(out_dir)
     cells = out / "cells" if cells_dir is None else Path(cells_dir)
     with ExitStack() as stack:
@@ -142,13 +155,21 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
             preset = resolve(preset, m, store, log, compute=not report_only)
             missing: dict[str, int] | None = {} if report_only else None
             pruned = partial(_pruned, settled_only=True) if report_only else _pruned
-            skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
-                                missing=missing)
+            ray: dict = {}  # {"ray": what the cluster was} for meta.machine
+            if dispatch == "ray":
+                from posenc.hf.suite.cluster import run_cells_ray
+
+                ray["ray"] = {}
+                skipped = run_cells_ray(preset, m, store, log=log, pruned=pruned, address=ray_address,
+                                        cluster=ray["ray"])
+            else:
+                skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
+                                    missing=missing)
             elapsed = time.perf_counter() - t0
             if report_only and not skipped and sum(missing.values()) == len(plan(preset)):
                 raise ValueError(f"--report-only: no cell of {preset.name!r} is finished in {cells}; run it without "
                                  "--report-only first, or name a folder that holds its cells with --cells")
-            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(m.device),
+            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(m.device) | ray,
                                  run_seconds=elapsed, missing=missing or {})
         finally:
             torch.set_num_threads(old)
