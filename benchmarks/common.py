@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from posenc.lab.atomic import atomic_write_text
+from posenc.runtime.atomic import atomic_write_text
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -15,7 +15,7 @@ import math
 import subprocess
 from pathlib import Path
 
-from posenc.lab.atomic import atomic_write_text
+from posenc.runtime.atomic import atomic_write_text
 
 
 def _old(rev: str, path: Path) -> dict | None:

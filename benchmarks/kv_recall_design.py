@@ -1,4 +1,4 @@
-"""Short trainings that size the key-matching probe (posenc.lab.kv_recall) for the lab's quick recipe.
+"""Short trainings that size the key-matching probe (posenc.tasks.kv_recall) for the lab's quick recipe.
 
 ``python -m benchmarks.kv_recall_design OUT_DIR NAME RECALL_ROWS WEIGHT PAIRS STEPS LR [TEXT_ROWS [SCHEME]]``
 trains quick's model (RoPE unless SCHEME; dim 128, 2 layers, L = 64, TEXT_ROWS (16) text rows per step, lr
@@ -24,13 +24,13 @@ def main(argv=None) -> int:
         return 2
     import torch
 
-    from posenc._atomic import atomic_write_text
-    from posenc.lab.checkpoint import load_model
-    from posenc.lab.data import prepare
-    from posenc.lab.kv_recall import KVSpec, content_copy_accuracy, kv_probe
-    from posenc.lab.recall import score_recall
-    from posenc.lab.stats import wilson
-    from posenc.lab.train import TrainConfig, train
+    from posenc.data.prepare import prepare
+    from posenc.evals.stats.intervals import wilson
+    from posenc.models.checkpoint import load_model
+    from posenc.runtime.atomic import atomic_write_text
+    from posenc.tasks.kv_recall import KVSpec, content_copy_accuracy, kv_probe
+    from posenc.tasks.recall import score_recall
+    from posenc.training.train import TrainConfig, train
 
     torch.set_num_threads(1)
     out, name = Path(argv[0]), argv[1]

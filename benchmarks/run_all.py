@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks.common import RESULTS, write_json
-from posenc.lab.atomic import atomic_write_text
+from posenc.runtime.atomic import atomic_write_text
 
 MODULES = ("bench_rope", "bench_attention", "bench_training", "bench_compile", "bench_generation",
            "bench_real_model", "bench_jobs", "bench_retrieval")

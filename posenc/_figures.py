@@ -1,5 +1,5 @@
-"""The matplotlib setup shared by :mod:`posenc.analysis.plots` and :mod:`posenc.lab.report`: figures on the Agg canvas
-(``matplotlib.figure.Figure``, no global pyplot state) and PNG saving."""
+"""The matplotlib setup shared by :mod:`posenc.analysis.plots` and :mod:`posenc.evals.report.lab`: figures on the Agg
+canvas (``matplotlib.figure.Figure``, no global pyplot state) and PNG saving."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def save_png(fig, path, dpi: int, *, make_dirs: bool = False) -> Path:
     the old PNG or none, never a truncated one); with ``make_dirs`` the missing folders are created."""
     import io
 
-    from posenc._atomic import atomic_write_bytes
+    from posenc.runtime.atomic import atomic_write_bytes
 
     path = Path(path)
     if not make_dirs and not path.parent.is_dir():

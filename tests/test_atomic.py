@@ -1,4 +1,4 @@
-"""posenc._atomic / posenc.lab.atomic: a full disk leaves the previous file intact and names the file; every
+"""posenc.runtime.atomic / posenc.runtime.atomic: a full disk leaves the previous file intact and names the file; every
 results, report, JSON and PNG writer goes through it."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from test_cli_errors import run_dir  # noqa: F401 - a fixture: a tiny checkpoint as `posenc train` writes it
 
-import posenc._atomic as A
-from posenc.lab.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
+import posenc.runtime.atomic as A
+from posenc.runtime.atomic import atomic_write_bytes, atomic_write_json, remove_stale_temps
 
 ROOT = Path(__file__).resolve().parents[1]
 
 FULL_DISK = r"""
 import json, os, sys
 from pathlib import Path
-from posenc.lab.atomic import atomic_write_json
-from posenc.lab.report import write_report
+from posenc.runtime.atomic import atomic_write_json
+from posenc.evals.report.lab import write_report
 
 disk = Path(sys.argv[1])
 old = {"meta": {"preset": "old"}, "records": [], "retrieval": []}

@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.batches: reproducible training batches, rank sharding, evaluation windows."""
+"""Tests for posenc.data.batches: reproducible training batches, rank sharding, evaluation windows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.lab import batches as B
+from posenc.data import batches as B
 
 # ----------------------------------------------------------------------------------------- batches
 

@@ -1,4 +1,4 @@
-"""posenc.lab.bench: one tiny end-to-end round trip (train -> eval -> results.json -> report), then reuse."""
+"""posenc.evals.lab.bench: one tiny end-to-end round trip (train -> eval -> results.json -> report), then reuse."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import posenc.lab.train
-from posenc.lab import bench
-from posenc.lab.bench_probes import CONTENT_COPY, probe_cells, probe_tasks
-from posenc.lab.checkpoint import load_model, read_train_state
-from posenc.lab.interrupt import Interrupted
-from posenc.lab.kv_recall import DEF_LEN
-from posenc.lab.lock import FolderInUseError, FolderLock
-from posenc.lab.recall import probe_distances
-from posenc.lab.records import RETRIEVAL_KEYS, RetrievalRecord
-from posenc.lab.report import REQUIRED_KEYS
+import posenc.training.train
+from posenc.evals.lab import bench
+from posenc.evals.lab.probes import CONTENT_COPY, probe_cells, probe_tasks
+from posenc.evals.records import RETRIEVAL_KEYS, RetrievalRecord
+from posenc.evals.report.lab import REQUIRED_KEYS
+from posenc.models.checkpoint import load_model, read_train_state
+from posenc.runtime.interrupt import Interrupted
+from posenc.runtime.lock import FolderInUseError, FolderLock
+from posenc.tasks.kv_recall import DEF_LEN
+from posenc.tasks.recall import probe_distances
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate. "
@@ -43,13 +43,13 @@ def tiny(tmp_path, monkeypatch):
                                recall_batch=2, recall_trials=3)
     monkeypatch.setitem(bench.PRESETS, "tiny", preset)
     calls = []
-    real = posenc.lab.train.train
+    real = posenc.training.train.train
 
     def counting(cfg, progress=True, **kw):
         calls.append(cfg)
         return real(cfg, progress=False, **kw)
 
-    monkeypatch.setattr(posenc.lab.train, "train", counting)
+    monkeypatch.setattr(posenc.training.train, "train", counting)
     return tmp_path, calls
 
 
@@ -239,13 +239,13 @@ def test_sigint_during_training_saves_and_the_resume_does_not_retrain_finished_s
     tmp_path, calls = tiny
     preset = replace(bench.PRESETS["tiny"], steps=20, schemes=("rope",), rope_methods=())
     steps = SignalAt(7)
-    real_loss = posenc.lab.train._batch_loss
+    real_loss = posenc.training.train._batch_loss
 
     def loss(fwd, tokens, cfg, step, *a, **kw):
         steps()
         return real_loss(fwd, tokens, cfg, step, *a, **kw)
 
-    monkeypatch.setattr(posenc.lab.train, "_batch_loss", loss)
+    monkeypatch.setattr(posenc.training.train, "_batch_loss", loss)
     out = tmp_path / "stopped"
     with pytest.raises(Interrupted, match=r"interrupted by SIGINT at step 7 of 20: saved a checkpoint in .*rope"):
         bench.run_bench(preset, out, progress=False)
@@ -299,7 +299,7 @@ BENCH_CHILD = """
 import sys
 from dataclasses import replace
 from posenc.cli import main
-from posenc.lab import bench
+from posenc.evals.lab import bench
 bench.PRESETS["slow"] = bench.BenchPreset("slow", "test", corpus=sys.argv[1], dim=16, n_layers=1, n_heads=2,
                                           train_len=16, steps=100000, batch_size=2, warmup=1, val_batches=1,
                                           eval_factors=(1,), schemes=("rope",), rope_methods=(), recall_batch=0)

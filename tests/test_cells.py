@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from posenc.lab.cells import CellStore, cell_digest
+from posenc.runtime.cells import CellStore, cell_digest
 
 
 def test_put_get_round_trip_and_key_order_does_not_matter(tmp_path):

@@ -1,4 +1,4 @@
-"""posenc.lab.checkpoint's commit protocol: a kill between any two renames leaves the previous or the new
+"""posenc.models.checkpoint's commit protocol: a kill between any two renames leaves the previous or the new
 checkpoint loadable, resuming after it gives the uninterrupted run bit for bit, stale temp files go, a
 damaged config.json or a full disk is a ValueError/OSError naming the file."""
 
@@ -20,8 +20,8 @@ import pytest
 import torch
 from test_train import corpus, params_of, tiny  # noqa: F401 - corpus is a fixture
 
-from posenc.lab import checkpoint as C
-from posenc.lab.train import train
+from posenc.models import checkpoint as C
+from posenc.training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 N_RENAMES = 8  # 4 files staged into .pending/ (config.json last: the commit point), then 4 moved into the folder
@@ -32,7 +32,7 @@ class Killed(BaseException):
 
 
 def _stopping_os(at: int):
-    """A stand-in for the ``os`` module of posenc.lab.checkpoint whose ``replace`` raises :class:`Killed`
+    """A stand-in for the ``os`` module of posenc.models.checkpoint whose ``replace`` raises :class:`Killed`
     instead of doing rename number ``at`` (1-based; ``N_RENAMES + 1``: after the last one, before the
     staging folder is removed)."""
     calls = []
@@ -103,8 +103,8 @@ KILL_CHILD = """
 import os, signal, sys
 from pathlib import Path
 from dataclasses import replace
-from posenc.lab import checkpoint as C
-from posenc.lab.train import TrainConfig, train
+from posenc.models import checkpoint as C
+from posenc.training.train import TrainConfig, train
 import json
 cfg = TrainConfig(**json.loads(sys.argv[1]))
 at = int(sys.argv[2])
@@ -238,7 +238,7 @@ def test_a_full_disk_while_saving_names_the_file_and_keeps_the_previous_checkpoi
     def fdopen(fd, *a, **kw):
         return Full(real_fdopen(fd, *a, **kw))
 
-    import posenc._atomic as A
+    import posenc.runtime.atomic as A
 
     monkeypatch.setattr(A.os, "fdopen", fdopen)
     with pytest.raises(OSError, match=r"could not write .*\.pending/model\.safetensors: No space left on device"):
@@ -254,7 +254,7 @@ def test_two_writers_of_one_run_folder(corpus, tmp_path):  # noqa: F811
     out = tmp_path / "two"
     hold = textwrap.dedent(f"""
         import sys, time
-        from posenc.lab import train as T
+        from posenc.training import train as T
         real = T._model_and_state
         def slow(*a, **kw):
             print("training", flush=True)

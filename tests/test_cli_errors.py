@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from posenc import cli
-from posenc.lab import checkpoint as ckpt
+from posenc.models import checkpoint as ckpt
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme
 

@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.corpora: the embedded and user corpora, cleaning, and the deterministic split."""
+"""Tests for posenc.data.corpora: the embedded and user corpora, cleaning, and the deterministic split."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from posenc.lab import corpora as C
+from posenc.data import corpora as C
 
 # ------------------------------------------------------------------------------------------- corpora
 

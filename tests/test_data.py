@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.data: prepare, the on-disk cache and its atomic writes."""
+"""Tests for posenc.data.prepare: prepare, the on-disk cache and its atomic writes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from posenc.lab import data as D
-from posenc.lab.atomic import atomic_write_bytes
-from posenc.lab.corpora import SPLITS
+from posenc.data import prepare as D
+from posenc.data.corpora import SPLITS
+from posenc.runtime.atomic import atomic_write_bytes
 
 # ----------------------------------------------------------------------------------------- prepare
 

@@ -263,10 +263,10 @@ def _untimed(value: dict) -> dict:
 def test_a_suite_run_makes_nothing_off_device(tiny, tmp_path, device):
     """``run_suite`` (model facts, a fresh extended model per row, one prefill and its answers per cell, results
     and report) on ``device``: its cells equal the cells computed the normal way."""
-    from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
-    from posenc.hf.suite.cells import run_cells
-    from posenc.hf.suite.spec import load_facts
-    from posenc.lab.cells import CellStore
+    from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
+    from posenc.evals.suite.runner import run_cells
+    from posenc.evals.suite.spec import load_facts
+    from posenc.runtime.cells import CellStore
 
     preset = SuitePreset(name="devices", description="test", model=str(tiny), lengths=(N,), reference_length=N,
                          methods=("none", "rerope"), contexts=(ContextSpec("noise", ("passkey",)),))
@@ -286,7 +286,7 @@ def test_a_suite_run_makes_nothing_off_device(tiny, tmp_path, device):
 def test_a_tune_evaluation_makes_nothing_off_device(tiny, tmp_path, device):
     """One candidate of ``posenc tune`` (the model loaded on ``device``, extended, a book context prefilled and
     scored, unextended): the same row and cells as a normal evaluation."""
-    from posenc.tune.objective import TuneObjective
+    from posenc.evals.tune.objective import TuneObjective
 
     def evaluate(folder):
         obj = TuneObjective(str(tiny), N, folder, (("book", "passkey", 0),), target=16, device=device)
@@ -302,8 +302,8 @@ def test_a_tune_evaluation_makes_nothing_off_device(tiny, tmp_path, device):
 def test_a_duo_calibration_makes_nothing_off_device(tiny, device):
     """The suite's DuoAttention calibration (a forward through the engine, the calls recorded and replayed):
     its input on the model's device, the same heads as a normal calibration."""
-    from posenc.hf.suite.calibration import duo_streaming
-    from posenc.hf.suite.spec import load_facts
+    from posenc.evals.suite.calibration import duo_streaming
+    from posenc.evals.suite.spec import load_facts
 
     m = load_facts(str(tiny), device, "float32")
     got = strictly(device, duo_streaming, m, None, N)
@@ -313,7 +313,7 @@ def test_a_duo_calibration_makes_nothing_off_device(tiny, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_evaluate_hf_makes_nothing_off_device(tiny, device):
     """``posenc eval`` on a Hugging Face model: target-token losses over windows and a pass-key trial."""
-    from posenc.hf.evaluate import evaluate_hf
+    from posenc.evals.pretrained import evaluate_hf
 
     tokens = [3 + (i * 7) % 250 for i in range(N + 64)]
     kw = dict(tokens=tokens, lengths=(N // 2, N), methods=("none", "selfextend"), target=16, max_windows=2,

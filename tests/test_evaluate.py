@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.evaluate: per-length method defaults, records, not_applicable cases, CLI."""
+"""Tests for posenc.evals.lab.evaluate: per-length method defaults, records, not_applicable cases, CLI."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from posenc.cli import main as cli_main
-from posenc.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults, model_variant
-from posenc.lab.tokenizer import ByteTokenizer
-from posenc.lab.train import TrainConfig, train
+from posenc.data.tokenizer import ByteTokenizer
+from posenc.evals.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults, model_variant
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme
+from posenc.training.train import TrainConfig, train
 
 
 def write_corpus(path):

@@ -190,7 +190,7 @@ def test_refusals_say_why(scheme, why):
 # ===================================================================== command line on a lab run folder
 def test_cli_export_of_a_run_folder(tmp_path, capsys):
     from posenc.cli import main
-    from posenc.lab.checkpoint import load_model, save_checkpoint
+    from posenc.models.checkpoint import load_model, save_checkpoint
 
     model = tiny(n_kv_heads=None)
     save_checkpoint(tmp_path / "run", model, model.cfg, extra={"tokenizer": {"name": "byte", "bos": True}})
@@ -214,7 +214,7 @@ def test_cli_export_of_a_run_folder(tmp_path, capsys):
 
 
 def test_a_bpe_tokenizer_is_written_as_its_tokenizers_json(tmp_path):
-    from posenc.lab.tokenizer import BPETokenizer
+    from posenc.data.tokenizer import BPETokenizer
 
     bpe = BPETokenizer.train(["the quick brown fox jumps over the lazy dog. "] * 30, vocab_size=300, min_frequency=1)
     model = TinyLM(LMConfig(bpe.vocab_size, 32, 1, 2, PositionScheme.preset("rope", train_len=L), L))

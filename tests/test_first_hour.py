@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from posenc import cli
-from posenc.lab import corpora
-from posenc.lab.bench import PRESETS
-from posenc.lab.train import TrainConfig, TrainConfigWarning, lr_at, train
+from posenc.data import corpora
+from posenc.evals.lab.bench import PRESETS
+from posenc.training.train import TrainConfig, TrainConfigWarning, lr_at, train
 
 
 def test_train_defaults_are_the_quick_recipe():

@@ -116,7 +116,7 @@ def test_stream_tokens_losses_equal_full_forward():
 
 def test_cli_generate_and_stream(tmp_path, capsys):
     from posenc.cli import main
-    from posenc.lab.checkpoint import save_checkpoint
+    from posenc.models.checkpoint import save_checkpoint
 
     scheme = posenc.PositionScheme.preset("rope", train_len=16)
     cfg = posenc.LMConfig(vocab_size=257, dim=16, n_layers=1, n_heads=2, scheme=scheme, train_len=16)

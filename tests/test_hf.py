@@ -217,7 +217,7 @@ def test_errors_and_scheme_from_config():
 
 def test_cli_extend_and_hf_eval(tmp_path, capsys):
     from posenc.cli import main
-    from posenc.hf.evaluate import evaluate_hf
+    from posenc.evals.pretrained import evaluate_hf
     from posenc.hf.export import byte_tokenizer
 
     model = make_model("llama")
@@ -282,9 +282,9 @@ def test_gemma2_softcapping_runs_through_the_engine():
 def test_hf_eval_uses_the_models_own_tokenizer_and_refuses_others(tmp_path):
     """A byte tokenizer on a model that has its own is refused; a model without a tokenizer is refused; the
     text is scored with the model's own tokenizer (the same target tokens at every length)."""
-    from posenc.hf.evaluate import evaluate_hf
+    from posenc.data.tokenizer import make_tokenizer
+    from posenc.evals.pretrained import evaluate_hf
     from posenc.hf.export import byte_tokenizer
-    from posenc.lab.tokenizer import make_tokenizer
 
     make_model("llama").save_pretrained(tmp_path / "bare")
     text = "The grass is green. The sky is blue. " * 12

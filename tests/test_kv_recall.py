@@ -1,4 +1,4 @@
-"""The key-matching probes (posenc.lab.kv_recall): answers exactly where stated, distractor values distinct and
+"""The key-matching probes (posenc.tasks.kv_recall): answers exactly where stated, distractor values distinct and
 from the answer's range, exact distances, determinism, training targets, and the content-copy control at
 chance."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posenc.lab.kv_recall import DEF_LEN, KV_TASKS, OFFSET, KVSpec, content_copy_accuracy, kv_batch, kv_probe
-from posenc.lab.recall import IGNORE
+from posenc.tasks.kv_recall import DEF_LEN, KV_TASKS, OFFSET, KVSpec, content_copy_accuracy, kv_batch, kv_probe
+from posenc.tasks.recall import IGNORE
 
 SPEC = KVSpec()
 

@@ -197,7 +197,7 @@ def test_an_embedding_method_applies_to_the_pattern_embedding():
 
 
 def test_checkpoint_round_trip(tmp_path):
-    from posenc.lab.checkpoint import load_model, save_checkpoint
+    from posenc.models.checkpoint import load_model, save_checkpoint
 
     m = tiny(pattern("irope"))
     save_checkpoint(tmp_path / "run", m, m.cfg)
@@ -209,7 +209,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_the_lab_builds_patterns_by_name():
-    from posenc.lab.train import TrainConfig, resolve_scheme
+    from posenc.training.train import TrainConfig, resolve_scheme
 
     s = resolve_scheme(TrainConfig(out_dir="unused", scheme="local_global", scheme_params={"every": 2}, train_len=32))
     assert s == PositionScheme.preset("local_global", train_len=32, every=2) and s.layers[0].mask.window == 8

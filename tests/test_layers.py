@@ -16,15 +16,17 @@ ARGPARSE_USE = re.compile(r"\bargparse\b|\.add_argument\(|\.add_parser\(|\badd_s
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 # posenc/__init__.py is the public facade over all of them and is checked apart.
 LAYERS = (
-    ("posenc._util", "posenc._figures", "posenc._version", "posenc._atomic"),
+    ("posenc._util", "posenc._figures", "posenc._version", "posenc.runtime"),
+    ("posenc.data",),
+    ("posenc.tasks",),
     ("posenc.parts",),
     ("posenc.scheme",),
     ("posenc.engine",),
     ("posenc.models",),
-    ("posenc.lab",),
+    ("posenc.training",),
     ("posenc.analysis",),
     ("posenc.hf",),
-    ("posenc.tune",),
+    ("posenc.evals",),
     ("posenc.cli", "posenc.__main__"),
 )
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from posenc.lab.lock import LOCK_NAME, FolderInUseError, FolderLock
+from posenc.runtime.lock import LOCK_NAME, FolderInUseError, FolderLock
 
 HOLD = """
 import sys, time
-from posenc.lab.lock import FolderLock
+from posenc.runtime.lock import FolderLock
 lock = FolderLock(sys.argv[1], what="run").acquire()
 print("held", flush=True)
 time.sleep(60)

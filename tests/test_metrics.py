@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.metrics: perplexity / accuracy with oracle and uniform models, token counts."""
+"""Tests for posenc.evals.lab.metrics: perplexity / accuracy with oracle and uniform models, token counts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posenc.lab import metrics as M
+from posenc.evals.lab import metrics as M
 
 V = 61  # vocab size
 STEP = 7

@@ -1,4 +1,4 @@
-"""posenc.lab.parallel and ``posenc bench --jobs``: workers give the same results as one process; stops save and
+"""posenc.runtime.parallel and ``posenc bench --jobs``: workers give the same results as one process; stops save and
 stop every worker; a failing job is named."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from posenc.lab import bench
-from posenc.lab.interrupt import Interrupted, StopSignals
-from posenc.lab.parallel import Job, run_jobs
+from posenc.evals.lab import bench
+from posenc.runtime.interrupt import Interrupted, StopSignals
+from posenc.runtime.parallel import Job, run_jobs
 
 TEXT = ("Shall I compare thee to a summer's day? Thou art more lovely and more temperate. "
         "Rough winds do shake the darling buds of May, and summer's lease hath all too short a date.\n")

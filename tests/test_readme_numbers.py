@@ -29,7 +29,7 @@ END = "<!-- end source -->"
 ALLOWED: dict[tuple[str, str], str] = {
     ("real-model-speed.md", "1.15"): "a goal of the issue that asked for the run (<= 1.15x), not a measurement",
     ("performance.md", "1020"): "the benchmark's configuration: StreamingLLM with 4 sinks + a 1020-token window",
-    ("README.md", "1.25"): "the summary table's rule for 'keeps perplexity' (posenc.hf.suite.report.KEEPS_PPL)",
+    ("README.md", "1.25"): "the summary table's rule for 'keeps perplexity' (posenc.evals.report.suite.KEEPS_PPL)",
     ("smollm2.md", "1.56"): "2^(20/31), NTK-aware's compression of dimension 20 at factor 2: a formula, not a result",
 }
 
@@ -65,9 +65,9 @@ def numbers(block: str) -> list[str]:
 def _bench_aggregates(data: dict) -> set[float]:
     """What a bench report derives from ``results.json``, computed the way the report does: mean recall over the
     needle distances at each length (all, within L, beyond L), each row's PPL(n)/PPL(L), and the headline table's
-    ratio and far-needle accuracy with their 95% intervals (``posenc.lab.report_headline.headline``)."""
-    from posenc.lab.report_headline import headline
-    from posenc.lab.report_retrieval import cells, far_near
+    ratio and far-needle accuracy with their 95% intervals (``posenc.evals.report.headline.headline``)."""
+    from posenc.evals.report.headline import headline
+    from posenc.evals.report.retrieval import cells, far_near
 
     out: set[float] = set()
     for task in ("recall", "kv_recall", "offset", "passkey"):
@@ -171,12 +171,12 @@ def _row_values(data: dict, scheme: str, method: str) -> tuple[float, ...]:
     """Everything the committed run holds for one table row: its records' perplexity, accuracy and loss, the
     report's means over needle distances and PPL(n)/PPL(L), and the model as trained at L (the row's first
     column for a method that was not evaluated at L itself)."""
-    from posenc.lab.report_retrieval import cells, far_near
+    from posenc.evals.report.retrieval import cells, far_near
 
     def same(s: str) -> bool:
         return s == scheme or s.startswith(scheme + ":")
 
-    from posenc.lab.report_headline import headline
+    from posenc.evals.report.headline import headline
 
     mine = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == method and r.get("ppl")]
     base = [r for r in data["records"] if same(r["scheme"]) and str(r["method"]) == "none" and r.get("ppl")
@@ -185,8 +185,8 @@ def _row_values(data: dict, scheme: str, method: str) -> tuple[float, ...]:
     if not mine and not probed:
         return ()
     out = {float(r[k]) for r in mine + base for k in ("ppl", "loss", "accuracy", "train_len")}
-    from posenc.lab.pooling import pool_records
-    from posenc.lab.report import ppl_bounds
+    from posenc.evals.report.lab import ppl_bounds
+    from posenc.evals.stats.pooling import pool_records
 
     pooled = pool_records(list({id(r): r for r in mine + base}.values()))  # seeds pooled, each record once
     out |= {x for r in [*mine, *base, *pooled] for x in (*ppl_bounds(r), r["ppl"], r.get("accuracy"))

@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
+from posenc.evals.suite.prefill import cache_kwarg, greedy_answer, output_cache, run_context
 from posenc.hf.patch import extend
 from posenc.hf.source import BUNDLED, bundled_gguf, load_source, load_tokenizer, source_folder
-from posenc.hf.suite.context import build_context
-from posenc.hf.suite.haystack import make_haystack
-from posenc.hf.suite.run import cache_kwarg, greedy_answer, output_cache, run_context
+from posenc.tasks.context import build_context
+from posenc.tasks.haystack import make_haystack
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.lab.recall import IGNORE, RecallSpec, probe_distances, recall_batch, recall_probe, score_recall
-from posenc.lab.records import RETRIEVAL_KEYS, RetrievalRecord
-from posenc.lab.report_retrieval import cells, plot_retrieval, ppl_vs_retrieval_table, retrieval_checks
+from posenc.evals.records import RETRIEVAL_KEYS, RetrievalRecord
+from posenc.evals.report.retrieval import cells, plot_retrieval, ppl_vs_retrieval_table, retrieval_checks
+from posenc.tasks.recall import IGNORE, RecallSpec, probe_distances, recall_batch, recall_probe, score_recall
 
 SPEC = RecallSpec(pairs=4)
 

@@ -1,4 +1,4 @@
-"""posenc.lab.records.EvalRecord: the one evaluation-row schema reads back every committed results file."""
+"""posenc.evals.records.EvalRecord: the one evaluation-row schema reads back every committed results file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc.lab.records import REQUIRED_KEYS, EvalRecord
+from posenc.evals.records import REQUIRED_KEYS, EvalRecord
 
 # evaluation records (bench, suite, eval); a tune's results.json holds ranked candidate rows (tests/test_tune.py)
 RESULTS = sorted(p for p in (Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("*/results.json")
@@ -32,9 +32,9 @@ def test_to_dict_keys_params_and_extra():
 
 
 def test_retrieval_tasks_are_the_contract():
-    """The report renders these task names (posenc.lab.recall's content-copy control, posenc.lab.kv_recall's
+    """The report renders these task names (posenc.tasks.recall's content-copy control, posenc.tasks.kv_recall's
     two probes, the passkey and the long-context suite's kinds); a bench row's seed is an extra key."""
-    from posenc.lab.records import RETRIEVAL_TASKS, RetrievalRecord
+    from posenc.evals.records import RETRIEVAL_TASKS, RetrievalRecord
 
     assert RETRIEVAL_TASKS == ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
     row = RetrievalRecord("kv_recall", "rope", "none", 64, 256, 48, 0.5, 32, 0.25, extra={"seed": 1}).to_dict()

@@ -1,4 +1,4 @@
-"""posenc.lab.report: tables, shape checks and plots from hand-made records (no training)."""
+"""posenc.evals.report.lab: tables, shape checks and plots from hand-made records (no training)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from posenc.lab import report as R
+from posenc.evals.report import lab as R
 
 L = 16
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from posenc.lab import report as R
-from posenc.lab.families import ABSOLUTE, BIAS, FINETUNED, MASK, NOPE, OTHER, REMAP, ROPE, family, palette
-from posenc.lab.pooling import far_interval, pool_records, pool_retrieval, ratio_interval
-from posenc.lab.records import RetrievalRecord
-from posenc.lab.report_doc import check_items
-from posenc.lab.report_eval import eval_table, write_eval_report
-from posenc.lab.report_headline import baseline_checks, headline, headline_markdown
-from posenc.lab.report_retrieval import ppl_vs_retrieval_table
-from posenc.lab.stats import Interval, ppl_interval, wilson
-from posenc.lab.verdict import EXTENDS, FAILS, FAR_OK, LOCAL, PPL_KEEP, borderline, classify
+from posenc.evals.records import RetrievalRecord
+from posenc.evals.report import lab as R
+from posenc.evals.report.doc import check_items
+from posenc.evals.report.evaluation import eval_table, write_eval_report
+from posenc.evals.report.families import ABSOLUTE, BIAS, FINETUNED, MASK, NOPE, OTHER, REMAP, ROPE, family, palette
+from posenc.evals.report.headline import baseline_checks, headline, headline_markdown
+from posenc.evals.report.retrieval import ppl_vs_retrieval_table
+from posenc.evals.stats.intervals import Interval, ppl_interval, wilson
+from posenc.evals.stats.pooling import far_interval, pool_records, pool_retrieval, ratio_interval
+from posenc.evals.stats.verdict import EXTENDS, FAILS, FAR_OK, LOCAL, PPL_KEEP, borderline, classify
 from posenc.scheme.methods import METHODS
 
 L = 64
@@ -219,7 +219,7 @@ def test_a_fine_tune_is_judged_at_its_own_trained_length():
 
 
 def test_tables_and_retrieval_cells_pool_seeds():
-    from posenc.lab.report_retrieval import cells
+    from posenc.evals.report.retrieval import cells
 
     records = [rec("none", n, p * (1 + s), seed=s) for s in (0, 1) for n, p in ((L, 7.0), (8 * L, 14.0))]
     (row,) = R.rows(records).values()

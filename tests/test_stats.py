@@ -5,7 +5,15 @@ import math
 
 import pytest
 
-from posenc.lab.stats import Interval, mean_interval, ppl_interval, separated, t_quantile, wilson, z_quantile
+from posenc.evals.stats.intervals import (
+    Interval,
+    mean_interval,
+    ppl_interval,
+    separated,
+    t_quantile,
+    wilson,
+    z_quantile,
+)
 
 
 def test_wilson_matches_the_issue_and_brown_cai_dasgupta():
@@ -59,7 +67,7 @@ def test_separated_needs_both_intervals_apart():
 def test_paired_difference_matches_newcombe_and_the_contingencytables_package():
     """Newcombe's method 10 on the table [[59, 6], [16, 80]]: -0.0621 [-0.1186, -0.0046], the value the R package
     contingencytables (Fagerland, Lydersen and Laake's book, chapter 8) tests for its square-and-add interval."""
-    from posenc.lab.stats import paired_difference
+    from posenc.evals.stats.intervals import paired_difference
 
     a = [True] * 59 + [True] * 6 + [False] * 16 + [False] * 80
     b = [True] * 59 + [False] * 6 + [True] * 16 + [False] * 80
@@ -74,7 +82,7 @@ def test_paired_difference_matches_newcombe_and_the_contingencytables_package():
 
 
 def test_paired_difference_small_n_edges_and_errors():
-    from posenc.lab.stats import paired_difference
+    from posenc.evals.stats.intervals import paired_difference
 
     same = paired_difference([True, False, True, True], [True, False, True, True])
     assert same.value == 0 and same.lo < 0 < same.hi  # equal outcomes still leave an interval around 0

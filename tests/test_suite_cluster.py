@@ -1,4 +1,4 @@
-"""The suite's cells dispatched over a Ray cluster (:mod:`posenc.hf.suite.cluster`), on a local cluster of 2 CPU
+"""The suite's cells dispatched over a Ray cluster (:mod:`posenc.evals.suite.cluster`), on a local cluster of 2 CPU
 workers and the tiny random Llama of tests/test_suite_grid.py: the results equal the sequential run's, a cell already
 in the folder is not recomputed, a worker killed in the middle of a cell has that cell recomputed exactly once; and,
 without Ray, the exclusive write of a cell, the dispatch order, the per-worker model and the refusals."""
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
-from posenc.hf.suite import cluster as cluster_mod
-from posenc.lab.cells import CellStore, cell_digest
+from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
+from posenc.evals.suite import cluster as cluster_mod
+from posenc.runtime.cells import CellStore, cell_digest
 
 TIMING = ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")  # per record: what the machine and the moment set
 META_TIMING = ("machine", "cell_seconds_total", "this_sitting_seconds")
@@ -36,7 +36,7 @@ def _comparable(out) -> dict:
 
 
 def _key(model, method: str, length: int, context: int) -> dict:
-    from posenc.hf.suite.spec import cell_key, load_facts, method_params
+    from posenc.evals.suite.spec import cell_key, load_facts, method_params
 
     preset, m = _preset(model), load_facts(str(model))
     params = method_params(method, m.train_len, length, m.head_dim, m.base, preset.params)
@@ -91,7 +91,7 @@ def test_lengths_are_dispatched_in_order_the_reference_rows_first_where_pruning_
 def test_a_worker_keeps_the_model_of_its_last_group(monkeypatch):
     """Consecutive cells of one (method, parameters, length) on a worker load the model once; another group loads
     its own (one model per worker); another model clears the tokenized haystacks."""
-    from posenc.hf.suite import cells
+    from posenc.evals.suite import runner as cells
 
     monkeypatch.setattr(cluster_mod, "_WORKER", {})
     loads = []
@@ -203,7 +203,7 @@ def test_a_killed_workers_cell_is_recomputed_once(tiny, sequential, ray_cluster,
     before it is stored (``os._exit``): Ray runs the task again on another worker, the cell is computed exactly twice
     (one attempt per worker), stored once, and the results equal the sequential run's."""
     from posenc.cli import main
-    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.presets import SUITE_PRESETS
 
     monkeypatch.setitem(SUITE_PRESETS, "tiny_cluster", _preset(tiny))
     digest = cell_digest(_key(tiny, "selfextend", 2048, 0))
@@ -215,7 +215,7 @@ def test_a_killed_workers_cell_is_recomputed_once(tiny, sequential, ray_cluster,
     assert f"report: {tmp_path}/report.md (12 cells)" in capsys.readouterr().out
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["meta"]["left_out"] == {}
-    attempts = (ray_cluster / f"{digest}.attempts").read_text().split()
+    attempts = sorted(p.name.rsplit("-", 1)[1] for p in ray_cluster.glob(f"{digest}.attempt-*"))
     assert len(attempts) == 2 and attempts[0] != attempts[1]  # killed once, recomputed once, by another process
     assert res["meta"]["machine"]["ray"]["computed"] == 12
     assert sorted(p.name for p in (tmp_path / "cells").iterdir()).count(f"{digest}.json") == 1

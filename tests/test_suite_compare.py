@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from posenc.hf.suite import ContextSpec, SuitePreset
-from posenc.hf.suite.report import comparison_tables, readme_block
-from posenc.hf.suite.results import paired_differences
-from posenc.hf.suite.spec import cell_key, method_params
-from posenc.lab.stats import paired_difference
+from posenc.evals.report.suite import comparison_tables, readme_block
+from posenc.evals.stats.intervals import paired_difference
+from posenc.evals.suite import ContextSpec, SuitePreset
+from posenc.evals.suite.results import paired_differences
+from posenc.evals.suite.spec import cell_key, method_params
 
 L = 1024
 FACTS = SimpleNamespace(model_id="tiny", train_len=L, head_dim=16, base=10000.0, device="cpu", dtype="float32")

@@ -7,12 +7,12 @@ import pytest
 import torch
 import transformers
 
-from posenc.hf.suite import ContextSpec, SuitePreset, run_suite
-from posenc.hf.suite import grid as grid_mod
-from posenc.hf.suite import spec as spec_mod
-from posenc.lab.cells import CellStore
-from posenc.lab.lock import FolderInUseError, FolderLock
-from posenc.lab.records import EvalRecord, RetrievalRecord
+from posenc.evals.records import EvalRecord, RetrievalRecord
+from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
+from posenc.evals.suite import grid as grid_mod
+from posenc.evals.suite import spec as spec_mod
+from posenc.runtime.cells import CellStore
+from posenc.runtime.lock import FolderInUseError, FolderLock
 
 L = 1024
 
@@ -65,7 +65,7 @@ def test_results_report_and_schema(tiny, tmp_path):
 
 
 def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, monkeypatch):
-    from posenc.hf.suite import cells
+    from posenc.evals.suite import runner as cells
 
     real = cells.run_context
     calls = []
@@ -101,7 +101,7 @@ def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, 
     ``meta["missing"]`` counts the unfinished ones per (method, length); a pair that pruning would judge on
     unfinished cells counts as not run yet, not as left out. Once the run ends, the report equals the run's own.
     A folder with no finished cell is refused with the way out, not drawn as an empty report."""
-    from posenc.hf.suite import cells
+    from posenc.evals.suite import runner as cells
 
     real = cells.run_context
     calls = []
@@ -140,7 +140,7 @@ def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, 
 
 
 def test_a_row_label_holding_an_at_sign_keeps_its_lengths():
-    from posenc.hf.suite.results import _lengths_of
+    from posenc.evals.suite.results import _lengths_of
 
     pairs = {"dca@qwen@32768": "pruned", "dca@16384": "pruned", "dca@qwen@16384": "pruned"}
     assert _lengths_of("dca@qwen", pairs) == [16384, 32768] and _lengths_of("dca", pairs) == [16384]
@@ -163,7 +163,7 @@ def test_a_preset_sharing_another_runs_cells_reads_them_and_counts_only_its_own(
     """``cells_dir``: a smaller preset (one of the big run's rows plus a row of its own) reads the cells the big
     run finished, computes only its new row's, writes them into the shared folder, and its results count only its
     own cells; the folder holding the shared cells is locked while it runs."""
-    from posenc.hf.suite import cells
+    from posenc.evals.suite import runner as cells
 
     big = tmp_path / "big"
     run_suite(_preset(tiny), big, progress=False, log=lambda m: None)
@@ -217,7 +217,7 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
 
 
 def test_presets_are_valid_and_documented():
-    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.presets import SUITE_PRESETS
 
     short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
     assert short.lengths == (8192, 16384) and full.lengths == (4096, 8192, 16384, 32768)
@@ -241,8 +241,8 @@ def test_presets_are_valid_and_documented():
 def test_the_paired_preset_adds_only_new_pass_keys_at_16k_to_the_full_runs_cells():
     """``smollm2_paired16k`` reads ``smollm2_full``'s cells: every cell they both plan has the same key (same
     parameters per row), and what it adds is pass-key seeds 4-11 at 16k, none of which the full run has."""
-    from posenc.hf.suite.presets import SUITE_PRESETS
-    from posenc.hf.suite.spec import cell_key, method_params, plan
+    from posenc.evals.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.spec import cell_key, method_params, plan
 
     full, paired = SUITE_PRESETS["smollm2_full"], SUITE_PRESETS["smollm2_paired16k"]
     assert set(paired.methods) <= set(full.methods) and set(paired.compare_to) <= set(paired.methods)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc.hf.suite.report import README_MARKS, readme_block
+from posenc.evals.report.suite import README_MARKS, readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "results" / "smollm2.md").read_text(encoding="utf-8")
@@ -45,7 +45,7 @@ def test_the_readme_holds_the_full_real_model_run():
 def test_the_committed_full_run_is_complete():
     """Every method x length of ``smollm2_full`` is in the committed results: a row (with its cells) or a 32k row
     left out by the stated rule (retrieval at 16k below the threshold); nothing missing, no row outside the grid."""
-    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.presets import SUITE_PRESETS
 
     preset, res = SUITE_PRESETS["smollm2_full"], _results("suite-smollm2-full")
     meta = res["meta"]
@@ -60,7 +60,7 @@ def test_the_committed_full_run_is_complete():
 
 @pytest.mark.parametrize("name", SUMMARIES)
 def test_readme_summary_equals_the_committed_results(name):
-    from posenc.hf.suite.report import SUMMARY_MARKS, summary_block
+    from posenc.evals.report.suite import SUMMARY_MARKS, summary_block
 
     assert _marked(README, SUMMARY_MARKS, name) == summary_block(_results(name), name)
 
@@ -75,7 +75,7 @@ def test_verdict_follows_its_stated_rule():
     """``extends to N``: retrieval past the trained length at the threshold (0.85 x 0.75 here), even after a miss at
     a shorter length; ``keeps perplexity only``: every perplexity past it within 1.25 x the untouched model's at
     the reference length (100), a boundary case included; ``neither`` otherwise."""
-    from posenc.hf.suite.report import summary_table, verdict
+    from posenc.evals.report.suite import summary_table, verdict
 
     recs = [_rec("none", 8, 100.0, 3), _rec("none", 16, 900.0, 0),
             _rec("a", 8, 100.0, 0), _rec("a", 16, 110.0, 3), _rec("a", 32, 5000.0, 0),  # 3/4 >= 0.6375

@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from posenc.hf.suite.context import build_context, chat_frame
-from posenc.hf.suite.haystack import MAX_CONTEXT, make_haystack
-from posenc.hf.suite.score import answer_text, effective_length, score
-from posenc.hf.suite.tasks import GENERATORS, KeyPool
+from posenc.tasks.context import build_context, chat_frame
+from posenc.tasks.haystack import MAX_CONTEXT, make_haystack
+from posenc.tasks.ruler import GENERATORS, KeyPool
+from posenc.tasks.score import answer_text, effective_length, score
 
 
 @pytest.fixture(scope="module")

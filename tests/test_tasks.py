@@ -1,12 +1,12 @@
-"""Tests for posenc.lab.tasks: passkey prompts (exact length, depth, answer) and scoring."""
+"""Tests for posenc.tasks.passkey: passkey prompts (exact length, depth, answer) and scoring."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc.lab import tasks as T
-from posenc.lab.tokenizer import BPETokenizer, ByteTokenizer
+from posenc.data.tokenizer import BPETokenizer, ByteTokenizer
+from posenc.tasks import passkey as T
 
 TOK = ByteTokenizer()
 

@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.tokenizer: the byte and BPE tokenizers and the token dtype."""
+"""Tests for posenc.data.tokenizer: the byte and BPE tokenizers and the token dtype."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from posenc.lab import tokenizer as T
+from posenc.data import tokenizer as T
 
 # ----------------------------------------------------------------------------------------- tokenizers
 

@@ -1,4 +1,4 @@
-"""Tests for posenc.lab.train and posenc.lab.checkpoint: tiny runs on a tiny user corpus."""
+"""Tests for posenc.training.train and posenc.models.checkpoint: tiny runs on a tiny user corpus."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.lab import checkpoint as C
-from posenc.lab.lock import LOCK_NAME
-from posenc.lab.train import TrainConfig, lr_at, param_groups, train
+from posenc.models import checkpoint as C
+from posenc.runtime.lock import LOCK_NAME
+from posenc.training.train import TrainConfig, lr_at, param_groups, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -225,8 +225,8 @@ def test_constrained_parameters_are_projected_after_each_step(corpus, tmp_path):
 def test_sigint_saves_the_current_step_and_the_resume_is_bit_identical(corpus, tmp_path, monkeypatch):
     import signal
 
-    import posenc.lab.train as T
-    from posenc.lab.interrupt import Interrupted
+    import posenc.training.train as T
+    from posenc.runtime.interrupt import Interrupted
 
     cfg = tiny(corpus, tmp_path / "full", steps=8, save_every=0, dropout=0.1)
     full = train(cfg, progress=False)
@@ -281,7 +281,7 @@ def test_cli_train_on_sigterm_prints_one_line_and_exits_143(corpus, tmp_path):
 def test_finetune_schedule_warms_up_again_and_decays_from_the_lower_peak():
     """A bench fine-tune (FineTune.schedule): linear warmup to a tenth of the pretraining peak, then cosine decay
     to a tenth of that, never above the lower peak."""
-    from posenc.lab.bench import FineTune
+    from posenc.evals.lab.bench import FineTune
 
     ft = FineTune("ft", "pi", {"factor": 2.0}, steps=150)
     sched = ft.schedule(3e-3)

@@ -264,7 +264,7 @@ def test_duo_streaming_heads_are_sinks_plus_window_and_the_others_full():
 
 
 def test_calibration_keeps_the_heads_whose_output_streaming_changes_most():
-    from posenc.engine.calibrate import calibrate_duo, head_deviation, record_calls
+    from posenc.evals.calibrate import calibrate_duo, head_deviation, record_calls
 
     torch.manual_seed(0)
     model = posenc.TinyLM(posenc.LMConfig(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, train_len=64,
@@ -381,7 +381,7 @@ def test_hf_gqa_llama_cached_equals_full(spec, kw):
 
 
 def test_hf_duo_calibrated_on_the_model_itself():
-    from posenc.engine.calibrate import calibrate_duo
+    from posenc.evals.calibrate import calibrate_duo
 
     base = _tiny_llama()
     probe = posenc.hf.extend(copy.deepcopy(base), "duo")  # every head retrieving: the engine sees every layer
@@ -420,7 +420,7 @@ def test_reads_content_is_declared_where_select_is_overridden():
 def test_string_length_defaults_keep_positions_trained_up_to_twice_the_length(n):
     """The suite's STRING at length n (L = 8192, W = 128): every relative position below L while n <= 2L - W
     (the shift's docstring); past it the shifted piece stays trained and the diagonal one reaches n - L + W - 1."""
-    from posenc.hf.suite.spec import method_params
+    from posenc.evals.suite.spec import method_params
 
     L, W = 8192, 128
     p = method_params("string", L, n, 64, 1e5, {})

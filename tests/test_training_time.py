@@ -1,5 +1,5 @@
-"""Training-time extension methods of the lab: PoSE and randomized ids (posenc.lab.positions), LongLoRA's
-S^2-attention (posenc.lab.s2), YaRN's fine-tune schedule (posenc.lab.bench.yarn_schedule), as options of
+"""Training-time extension methods of the lab: PoSE and randomized ids (posenc.training.positions), LongLoRA's
+S^2-attention (posenc.training.s2), YaRN's fine-tune schedule (posenc.evals.lab.bench.yarn_schedule), as options of
 ``posenc train`` and of the bench presets."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import torch.nn as nn
 
 from posenc._util import assert_close
 from posenc.engine.module import PositionalAttention
-from posenc.lab.bench import PRESETS, FineTune, yarn_schedule
-from posenc.lab.positions import pose_positions, randomized_positions, train_positions
-from posenc.lab.s2 import s2_attention, s2_forward, s2_groups
-from posenc.lab.train import TrainConfig, _compatible, train
+from posenc.evals.lab.bench import PRESETS, FineTune, yarn_schedule
 from posenc.scheme.core import PositionScheme
+from posenc.training.positions import pose_positions, randomized_positions, train_positions
+from posenc.training.s2 import s2_attention, s2_forward, s2_groups
+from posenc.training.train import TrainConfig, _compatible, train
 from tests.test_train import corpus, tiny  # noqa: F401  (the fixture)
 
 
@@ -197,8 +197,8 @@ def test_yarn_schedule_is_two_stages_the_second_from_the_first():
 
 
 def test_yarn_schedule_second_stage_rescales_the_rope_scheme_on_the_first_stages_weights(corpus, tmp_path):  # noqa: F811
-    from posenc.lab import bench
-    from posenc.lab.checkpoint import load_model
+    from posenc.evals.lab import bench
+    from posenc.models.checkpoint import load_model
 
     preset = bench.BenchPreset("t", "test", corpus=corpus, dim=32, n_layers=1, n_heads=2, train_len=16, steps=4,
                                batch_size=4, warmup=1, recall_batch=0, schemes=("rope",), finetunes=yarn_schedule(2, 4))
@@ -217,7 +217,7 @@ def test_yarn_schedule_refuses_a_fractional_factor():
 
 
 def test_training_time_preset_rows_build_valid_train_configs(tmp_path):
-    from posenc.lab.bench import _train_config
+    from posenc.evals.lab.bench import _train_config
 
     preset = PRESETS["training_time"]
     names = [ft.name for ft in preset.finetunes]
@@ -239,8 +239,8 @@ def test_seeded_fine_tunes_continue_their_own_seeds_checkpoint(corpus, tmp_path)
     workers (jobs=2) the rows are the same files as one after another."""
     from dataclasses import replace
 
-    from posenc.lab import bench
-    from posenc.lab.interrupt import StopSignals
+    from posenc.evals.lab import bench
+    from posenc.runtime.interrupt import StopSignals
 
     preset = bench.BenchPreset("t", "test", corpus=corpus, dim=32, n_layers=1, n_heads=2, train_len=16, steps=4,
                                batch_size=4, warmup=1, recall_batch=0, schemes=("rope",), seeds=2,

@@ -13,9 +13,9 @@ import pytest
 import torch
 import transformers
 
-from posenc.tune.factors import INIT_RULES, evolve, initial_factors, is_monotone
-from posenc.tune.gguf_rope import read_rope_gguf, write_rope_gguf
-from posenc.tune.search import method_candidates, save_winner, tune
+from posenc.evals.tune.factors import INIT_RULES, evolve, initial_factors, is_monotone
+from posenc.evals.tune.gguf_rope import read_rope_gguf, write_rope_gguf
+from posenc.evals.tune.search import method_candidates, save_winner, tune
 
 L = 256
 N = 512
@@ -108,7 +108,7 @@ def test_method_candidates_vary_the_per_length_defaults():
 
 def test_contexts_take_a_haystack_and_need_a_book_one():
     from posenc.cli.tune import _context
-    from posenc.tune.objective import DEFAULT_CONTEXTS, context_triples
+    from posenc.evals.tune.objective import DEFAULT_CONTEXTS, context_triples
 
     assert context_triples([("passkey", 0), ("noise", "passkey", 1)]) == (("book", "passkey", 0),
                                                                           ("noise", "passkey", 1))
@@ -189,8 +189,8 @@ def _row(method, params, score):
 
 
 def test_native_winner_loads_in_plain_transformers_and_as_gguf(tiny, tmp_path):
+    from posenc.evals.tune.objective import TuneObjective
     from posenc.hf.patch import extend, load
-    from posenc.tune.objective import TuneObjective
 
     obj = TuneObjective(str(tiny), N, tmp_path / "cells")
     lam = initial_factors("yarn", N / L, D, 10000.0, L)
@@ -219,7 +219,7 @@ def test_native_winner_loads_in_plain_transformers_and_as_gguf(tiny, tmp_path):
 
 
 def test_engine_winner_is_saved_as_posencs_extension_with_the_reason(tiny, tmp_path):
-    from posenc.tune.objective import TuneObjective
+    from posenc.evals.tune.objective import TuneObjective
 
     obj = TuneObjective(str(tiny), N, tmp_path / "cells")
     rows = [_row("selfextend", {"group": 4, "window": 128}, 1.0), _row("yarn", {"factor": 2.0}, 1.5)]
@@ -257,7 +257,7 @@ def test_cli_tune_runs_and_prints_the_winner(tiny, tmp_path):
 
 def _lab_run(path, scheme="rope", seed=0):
     """A tiny byte-level run folder, written the way `posenc train` writes one."""
-    from posenc.lab import checkpoint as ckpt
+    from posenc.models import checkpoint as ckpt
     from posenc.models.tinylm import LMConfig, TinyLM
     from posenc.scheme import PositionScheme
 
@@ -301,7 +301,7 @@ def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, mon
 def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):
     """The default contexts: a book pass key (its target passage is the loss, with a t interval over its 64-token
     blocks) and a noise pass key (retrieval only); two book contexts: the interval is over the contexts."""
-    from posenc.tune.objective import TuneObjective
+    from posenc.evals.tune.objective import TuneObjective
 
     obj = TuneObjective(str(tiny), N, tmp_path / "cells", target=128)
     row = obj.evaluate("yarn", {"factor": 2.0})
@@ -322,8 +322,8 @@ def test_the_committed_16k_tune_is_what_the_suite_rows_run():
     ``smollm2_tune16k`` preset runs its best LongRoPE vector; the LongRoPE rows keep the paper's constraint."""
     from pathlib import Path
 
-    from posenc.hf.suite.presets import SUITE_PRESETS
-    from posenc.hf.suite.spec import method_params
+    from posenc.evals.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.spec import method_params
 
     res = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tune-smollm2-16k" /
                       "results.json").read_text())
@@ -349,7 +349,7 @@ def test_the_committed_32k_tune_is_what_the_suite_rows_run():
     transformers' form and on posenc's engine; the winner is saved as posenc's extension and says why."""
     from pathlib import Path
 
-    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.presets import SUITE_PRESETS
 
     res = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tune-smollm2-32k" /
                       "results.json").read_text())

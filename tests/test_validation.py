@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from posenc.lab import checkpoint as ckpt
+from posenc.models import checkpoint as ckpt
 from posenc.models.cache import KVCache
 from posenc.models.generation import generate
 from posenc.models.tinylm import LMConfig, TinyLM
@@ -494,7 +494,7 @@ def test_generate_cli_loader_accepts_a_plain_tokenizer_name(run_dir):
     ("byte", {"bogus": 1}, r"tokenizer 'byte' does not take options \['bogus'\]"),
 ])
 def test_make_tokenizer_refuses_bad_names_and_options(name, options, match):
-    from posenc.lab.tokenizer import make_tokenizer
+    from posenc.data.tokenizer import make_tokenizer
 
     with pytest.raises(ValueError, match=match):
         make_tokenizer(name, **options)
@@ -503,7 +503,7 @@ def test_make_tokenizer_refuses_bad_names_and_options(name, options, match):
 # ------------------------------------------------------------------------------------------------ data / eval / train
 @pytest.mark.parametrize("corpus", ["/nonexistent/corpus.txt", "no_such_corpus"])
 def test_missing_corpus_path_is_a_clear_error(corpus, tmp_path):
-    from posenc.lab.data import prepare
+    from posenc.data.prepare import prepare
 
     with pytest.raises(ValueError, match=r"corpus must be one of .* or an existing file/folder"):
         prepare(corpus, "byte", cache_dir=tmp_path)
@@ -519,7 +519,7 @@ def test_missing_corpus_path_is_a_clear_error(corpus, tmp_path):
     ({"lengths": [8], "mode": "overlap"}, r"mode must be one of \('nonoverlap', 'sliding', 'tail'\)"),
 ])
 def test_evaluate_model_refuses_bad_settings_up_front(kw, match):
-    from posenc.lab.evaluate import evaluate_model
+    from posenc.evals.lab.evaluate import evaluate_model
 
     with pytest.raises(ValueError, match=match):
         evaluate_model(tiny_model(), torch.ones(64, dtype=torch.long), progress=False, **kw)
@@ -530,7 +530,7 @@ def test_evaluate_model_refuses_bad_settings_up_front(kw, match):
     ("cuda:99", r"TrainConfig.device 'cuda:99'"),
 ])
 def test_train_config_refuses_unknown_devices(device, match, tmp_path):
-    from posenc.lab.train import TrainConfig
+    from posenc.training.train import TrainConfig
 
     with pytest.raises(ValueError, match=match):
         TrainConfig(out_dir=str(tmp_path), device=device)
@@ -538,14 +538,14 @@ def test_train_config_refuses_unknown_devices(device, match, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_train_config_refuses_cuda_without_cuda(tmp_path):
-    from posenc.lab.train import TrainConfig
+    from posenc.training.train import TrainConfig
 
     with pytest.raises(ValueError, match=r"TrainConfig.device 'cuda' is not available on this machine"):
         TrainConfig(out_dir=str(tmp_path), device="cuda")
 
 
 def test_train_refuses_a_bad_scheme_parameter_before_touching_the_disk(tmp_path):
-    from posenc.lab.train import TrainConfig, train
+    from posenc.training.train import TrainConfig, train
 
     cfg = TrainConfig(out_dir=str(tmp_path / "run"), scheme="alibi", scheme_params={"bogus": 1}, steps=1)
     with pytest.raises(ValueError, match=r"bias 'alibi' does not take parameter\(s\) \['bogus'\]"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc.lab.corpora import GUTENBERG, corpus_digest
+from posenc.data.corpora import GUTENBERG, corpus_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -8,6 +8,7 @@ interleaved (A, B, A, B, ...) on the same card in the same process, so a clock c
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -20,6 +21,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+
+def _atomic():
+    """posenc's atomic writer (:mod:`posenc.runtime.atomic`, which imports nothing of posenc), loaded from its file so
+    the record is written even where the posenc package itself does not import."""
+    path = Path(__file__).resolve().parents[2] / "posenc" / "runtime" / "atomic.py"
+    spec = importlib.util.spec_from_file_location("_gpu_script_atomic", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ATOMIC = _atomic()
 
 
 def card_slug(device: torch.device) -> str:
@@ -40,7 +54,7 @@ class Run:
     def __init__(self, path: Path, log_path: Path, budget_s: float, device: torch.device, dtype: torch.dtype,
                  dry_run: bool):
         self.path, self.t0, self.budget = path, time.perf_counter(), budget_s
-        self.log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
+        self.log_path, self.log_lines = log_path, []
         self.device, self.dtype, self.dry_run = device, dtype, dry_run
         self.section_end: float | None = None
         self.data: dict = {"script": "benchmarks/gpu/run.py", "dry_run": dry_run, "budget_s": budget_s,
@@ -66,8 +80,8 @@ class Run:
     def log(self, msg: str) -> None:
         line = f"[{time.perf_counter() - self.t0:7.1f}s] {msg}"
         print(line, flush=True)
-        self.log_file.write(line + "\n")
-        self.log_file.flush()
+        self.log_lines.append(line)
+        ATOMIC.atomic_write_text(self.log_path, "\n".join(self.log_lines) + "\n")
 
     def put(self, section: str, key: str, value) -> None:
         self.data["sections"].setdefault(section, {})[key] = value
@@ -103,9 +117,7 @@ class Run:
 
     def save(self) -> None:
         self.data["wall_s"] = round(time.perf_counter() - self.t0, 2)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        os.replace(tmp, self.path)
+        ATOMIC.atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
 
 def describe_device(device: torch.device) -> dict:

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             raise
         print(f"posenc: error: {with_hint(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C; posenc.lab.interrupt.Interrupted says what a run saved
+    except KeyboardInterrupt as exc:  # Ctrl-C; posenc.runtime.interrupt.Interrupted says what a run saved
         if debug:
             raise
         message = " ".join(str(exc).split()) or "interrupted"

@@ -1,5 +1,5 @@
-"""``posenc bench``: train short, test long (:func:`posenc.lab.bench.run_bench`), or run the long-context suite
-on a pretrained model (:func:`posenc.hf.suite.run_suite`) with a real-model preset."""
+"""``posenc bench``: train short, test long (:func:`posenc.evals.lab.bench.run_bench`), or run the long-context suite
+on a pretrained model (:func:`posenc.evals.suite.run_suite`) with a real-model preset."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from posenc.cli._common import add_device, add_dtype, add_out, add_seed, device_
 
 
 def _suite_presets() -> dict:
-    from posenc.hf.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.presets import SUITE_PRESETS
 
     return SUITE_PRESETS
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from posenc.lab.bench import PRESETS
+    from posenc.evals.lab.bench import PRESETS
 
     p = subparser(sub, "bench", "train short, test long: every scheme and method under one protocol; or, with a "
                   "real-model preset (smollm2, smollm2_full), the long-context suite on a pretrained model")
@@ -53,7 +53,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def _run_suite(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from posenc.hf.suite import run_suite
+    from posenc.evals.suite import run_suite
 
     preset = _suite_presets()[args.preset]
     if args.model:
@@ -82,7 +82,7 @@ def _run_suite(args: argparse.Namespace) -> int:
 
 def _check_ray(args: argparse.Namespace) -> None:
     """``--ray``: an address, no ``--report-only``, Ray installed; each refusal one line naming the flag."""
-    from posenc.hf.suite.cluster import require_ray
+    from posenc.evals.suite.cluster import require_ray
 
     if not args.ray.strip():
         raise ValueError("--ray ADDRESS: the address is empty (leave it out for a local cluster, or 'auto')")
@@ -94,7 +94,7 @@ def _check_ray(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from posenc.lab.bench import PRESETS, run_bench
+    from posenc.evals.lab.bench import PRESETS, run_bench
 
     if args.preset in _suite_presets():
         return _run_suite(args)
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype not in ("auto", "float32"):
         raise ValueError(f"--dtype {args.dtype} is for the real-model presets; the lab presets train and evaluate "
                          "in float32 (--dtype auto or float32)")
-    from posenc.lab.corpora import check_default_corpus
+    from posenc.data.corpora import check_default_corpus
 
     preset = PRESETS[args.preset]
     if args.seed is not None:

@@ -1,5 +1,5 @@
 """``posenc data``: install or check the default corpus exactly as a clone has it
-(:func:`posenc.lab.corpus_install.install_gutenberg`, :func:`posenc.lab.corpora.corpus_digest`)."""
+(:func:`posenc.data.corpus_install.install_gutenberg`, :func:`posenc.data.corpora.corpus_digest`)."""
 
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.lab.corpora import GUTENBERG, check_default_corpus, corpus_digest
+    from posenc.data.corpora import GUTENBERG, check_default_corpus, corpus_digest
 
     if args.corpus == "gutenberg":
         if args.check:
             check_default_corpus("gutenberg")
             digest = corpus_digest("gutenberg")
         else:
-            from posenc.lab.corpus_install import install_gutenberg
+            from posenc.data.corpus_install import install_gutenberg
 
             digest = install_gutenberg(quiet=args.quiet, log=(lambda m: None) if args.quiet else print)
         assert digest["sha256"] == GUTENBERG["sha256"]  # both paths raise ValueError otherwise

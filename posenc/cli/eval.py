@@ -1,5 +1,5 @@
-"""``posenc eval MODEL``: a posenc run folder (:func:`posenc.lab.evaluate.evaluate_checkpoint`) or a Hugging Face
-model (:func:`posenc.hf.evaluate.evaluate_hf`) at several lengths under inference-time methods."""
+"""``posenc eval MODEL``: a posenc run folder (:func:`posenc.evals.lab.evaluate.evaluate_checkpoint`) or a Hugging Face
+model (:func:`posenc.evals.pretrained.evaluate_hf`) at several lengths under inference-time methods."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def _text(args: argparse.Namespace) -> str:
     if args.text:
         return Path(args.text).read_text(encoding="utf-8")
     if args.corpus:
-        from posenc.lab.corpora import check_default_corpus, load_corpus, split_documents
+        from posenc.data.corpora import check_default_corpus, load_corpus, split_documents
 
         check_default_corpus(args.corpus)
         return "\n\n".join(d.text for d in split_documents(load_corpus(args.corpus))[args.split])
@@ -108,13 +108,13 @@ def _text(args: argparse.Namespace) -> str:
 
 
 def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict, dtype: str) -> list[dict]:
-    """A Hugging Face model under each method (see :mod:`posenc.hf.evaluate`), one method at a time behind a
+    """A Hugging Face model under each method (see :mod:`posenc.evals.pretrained`), one method at a time behind a
     progress bar, reported like a run folder."""
     from tqdm.auto import tqdm
 
-    from posenc.hf.evaluate import evaluate_hf
+    from posenc.evals.lab.evaluate import method_params
+    from posenc.evals.pretrained import evaluate_hf
     from posenc.hf.source import load_tokenizer
-    from posenc.lab.evaluate import method_params
 
     text = _text(args)
     tok = load_tokenizer(args.model)
@@ -132,7 +132,7 @@ def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict, dty
 
 def run(args: argparse.Namespace) -> int:
     from posenc._util import check_positive_int
-    from posenc.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
+    from posenc.evals.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
 
     lines_file = _old_spellings(args)
     if not args.model:
@@ -148,17 +148,17 @@ def run(args: argparse.Namespace) -> int:
     check_eval_args([1], methods)  # an unknown method is refused before anything is loaded
     params = params_from_args(args)  # --factor/--window/--param: honoured on both paths, or refused here
     _check_model(args.model)
-    from posenc.lab.checkpoint import is_run_folder
+    from posenc.models.checkpoint import is_run_folder
 
     run_folder = is_run_folder(args.model)
     check_method_params(methods or ["none"], params, hf=not run_folder)
     if run_folder:
-        from posenc.lab.checkpoint import read_config
+        from posenc.models.checkpoint import read_config
 
         if args.dtype not in ("auto", "float32"):
             raise ValueError(f"--dtype {args.dtype} is for Hugging Face models; a run folder is evaluated in float32 "
                              "(--dtype auto or float32)")
-        from posenc.lab.corpora import check_default_corpus
+        from posenc.data.corpora import check_default_corpus
 
         check_default_corpus(args.corpus or read_config(args.model).get("extra", {}).get("corpus"))
         records = evaluate_checkpoint(args.model, args.corpus, args.lengths or (), methods, split=args.split,
@@ -191,7 +191,7 @@ def _refused_rows(records: list[dict]) -> int:
 
 
 def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | None) -> None:
-    from posenc.lab.atomic import atomic_write_bytes, atomic_write_json
+    from posenc.runtime.atomic import atomic_write_bytes, atomic_write_json
 
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
     if args.old_json:
@@ -199,7 +199,7 @@ def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | Non
     if lines_file is not None:
         atomic_write_bytes(lines_file, jsonl)
     if args.out:
-        from posenc.lab.report_eval import write_eval_report
+        from posenc.evals.report.evaluation import write_eval_report
 
         out = Path(args.out)
         results = {"meta": {"command": "posenc eval", "source": args.model, "lengths": args.lengths,

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from posenc._util import check_positive_int
-    from posenc.lab.checkpoint import load_run
+    from posenc.models.checkpoint import load_run
 
     merge_old(args, "old_scheme", "method", "--method", "--scheme")
     check_positive_int("--max-new-tokens", args.max_new_tokens)  # checked before the model is loaded

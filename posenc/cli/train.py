@@ -1,5 +1,5 @@
-"""``posenc train``: one flag per :class:`posenc.lab.train.TrainConfig` field (:func:`posenc.lab.train.train`);
-the defaults are the lab's quick recipe."""
+"""``posenc train``: one flag per :class:`posenc.training.train.TrainConfig` field
+(:func:`posenc.training.train.train`); the defaults are the lab's quick recipe."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ HELP = {
 
 
 def add_parser(sub) -> None:
-    from posenc.lab.train import TrainConfig
+    from posenc.training.train import TrainConfig
 
     p = subparser(sub, "train", "train a TinyLM under a position scheme (resumable; torchrun for DDP)",
                   "Train a small Llama-style model (TinyLM) under a position scheme into the run folder --out. "
@@ -111,7 +111,7 @@ def _scheme(args: argparse.Namespace, params: dict) -> tuple[str | dict, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.lab.train import TrainConfig, TrainConfigWarning, _dist_env, train
+    from posenc.training.train import TrainConfig, TrainConfigWarning, _dist_env, train
 
     merge_old(args, "old_out_dir", "out", "--out", "--out-dir")
     if not args.out:

@@ -1,7 +1,7 @@
 """``posenc tune MODEL --length N --out DIR``: search the length extension of a model (a Hugging Face folder, a
 ``.gguf`` file, a run folder of ``posenc train`` or ``smollm2``) on the long-context suite's objective within a
 budget of forward passes, print the ranked table and the recommendation, and save the winner
-(:func:`posenc.tune.tune`). Re-running the same command resumes: finished cells in ``DIR/cells`` are read back,
+(:func:`posenc.evals.tune.tune`). Re-running the same command resumes: finished cells in ``DIR/cells`` are read back,
 not recomputed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from posenc.cli._common import add_device, add_dtype, add_out, add_seed, device_
 
 
 def _context(s: str) -> tuple[str, str, int]:
-    from posenc.tune.objective import HAYSTACKS
+    from posenc.evals.tune.objective import HAYSTACKS
 
     parts = s.split(":")
     hay = parts.pop(0) if len(parts) > 1 and parts[0] in HAYSTACKS else "book"
@@ -27,7 +27,7 @@ def _context(s: str) -> tuple[str, str, int]:
 
 
 def add_parser(sub) -> None:
-    from posenc.tune.search import DEFAULT_METHODS
+    from posenc.evals.tune.search import DEFAULT_METHODS
 
     p = subparser(sub, "tune", "search the extension (method, parameters, LongRoPE factors) of a model for a target "
                   "length and save the winner (resumable)")
@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from posenc.tune.search import DEFAULT_METHODS, tune
+    from posenc.evals.tune.search import DEFAULT_METHODS, tune
 
     device, dtype = device_dtype(args)  # before anything is loaded or written
     res = tune(args.model, args.length, args.out, budget=args.budget, methods=tuple(args.search or DEFAULT_METHODS),

@@ -74,7 +74,7 @@ from posenc.engine.scores import query_scale
 
 IMPLS = ("auto",) + tuple(b.name for b in BACKENDS)
 FLEX_MIN_PAIRS = 256 * 256  # Nq * Nk beyond which auto leaves the materialised reference at inference
-CALL_HOOKS: list = []  # fn(call, n_kv_heads, scale) for every run_attention call (posenc.engine.calibrate)
+CALL_HOOKS: list = []  # fn(call, n_kv_heads, scale) for every run_attention call (posenc.evals.calibrate)
 log = logging.getLogger("posenc")
 
 
@@ -252,7 +252,7 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     ``blockwise`` (linear memory), the other backends pass such a call on."""
     scale = check_inputs(q, k, v, impl, scale, key_mask)
     call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates, sink_logits)
-    for hook in CALL_HOOKS:  # posenc.engine.calibrate.record_calls: what a calibration run attends to
+    for hook in CALL_HOOKS:  # posenc.evals.calibrate.record_calls: what a calibration run attends to
         hook(call, k.shape[1], scale)
     if impl == "auto":
         call = exact_call(call)  # a window or remap that binds on no pair of the call: plain attention

@@ -1,8 +1,8 @@
-"""Layer 7, the Hugging Face integration: extend a transformers RoPE model's context with any posenc
-method (``patch``), save and load it, evaluate it with the lab's metrics (``evaluate``), and export a lab
-TinyLM to a plain ``LlamaForCausalLM`` folder (``export``)."""
+"""The Hugging Face integration: extend a transformers RoPE model's context with any posenc method (``patch``,
+``layers``, ``attention``, ``sparse``), save and load it (``saved``), find a model (``source``: folders, GGUF
+files, the bundled SmolLM2), export a lab TinyLM to a plain ``LlamaForCausalLM`` folder (``export``), and check
+every transformers family (``compat``, on ``tiny`` models). Evaluating such a model is :mod:`posenc.evals`."""
 
-from posenc.hf.evaluate import evaluate_hf
 from posenc.hf.export import export
 from posenc.hf.patch import (
     HF_NATIVE,
@@ -16,5 +16,5 @@ from posenc.hf.patch import (
     unextend,
 )
 
-__all__ = ["HF_NATIVE", "evaluate_hf", "export", "extend", "layer_window", "load", "posenc_scheme", "save",
+__all__ = ["HF_NATIVE", "export", "extend", "layer_window", "load", "posenc_scheme", "save",
            "scheme_from_config", "train_len_of", "unextend"]

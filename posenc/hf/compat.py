@@ -320,14 +320,14 @@ def table_markdown(rows: list[dict]) -> str:
 
 def write_table(rows: list[dict], path) -> Path:
     """Write :func:`table_markdown` of ``rows`` to ``path`` atomically (folders created); returns the path."""
-    from posenc.lab.atomic import atomic_write_text
+    from posenc.runtime.atomic import atomic_write_text
 
     return atomic_write_text(path, table_markdown(rows))
 
 
 def write_json(rows: list[dict], path) -> Path:
     """``{"versions", "summary", "rows"}`` as JSON at ``path``, written atomically."""
-    from posenc.lab.atomic import atomic_write_text
+    from posenc.runtime.atomic import atomic_write_text
 
     return atomic_write_text(path, json.dumps({"versions": _versions(), "summary": summary(rows), "rows": rows},
                                               indent=1) + "\n")

@@ -360,7 +360,7 @@ def _byte_to_unicode() -> dict[int, str]:
 
 
 def byte_tokenizer(bos: bool = True):
-    """The lab's :class:`~posenc.lab.tokenizer.ByteTokenizer` as a ``transformers`` fast tokenizer: id b is
+    """The lab's :class:`~posenc.data.tokenizer.ByteTokenizer` as a ``transformers`` fast tokenizer: id b is
     byte b (a byte-level BPE without merges), id 256 is ``<|bos|>`` when ``bos``; encoding adds nothing,
     decoding is UTF-8 (invalid bytes replaced)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -379,7 +379,7 @@ def byte_tokenizer(bos: bool = True):
 def hf_tokenizer(tokenizer):
     """A ``transformers`` tokenizer for a lab tokenizer (byte or BPE), a tokenizer name (``"byte"``), or a
     ``transformers`` tokenizer (returned as it is)."""
-    from posenc.lab.tokenizer import BPETokenizer, ByteTokenizer, make_tokenizer
+    from posenc.data.tokenizer import BPETokenizer, ByteTokenizer, make_tokenizer
 
     if isinstance(tokenizer, str):
         tokenizer = make_tokenizer(tokenizer)
@@ -407,7 +407,7 @@ def export(model_or_run_dir, out_dir, *, tokenizer=None) -> Path:
         raise ValueError(f"export: out_dir {str(out)!r} exists and is not a folder; give a folder to write the "
                          f"Llama model into")
     if isinstance(model_or_run_dir, (str, os.PathLike)):
-        from posenc.lab.checkpoint import load_run
+        from posenc.models.checkpoint import load_run
 
         model, run_tokenizer = load_run(model_or_run_dir)
         tokenizer = run_tokenizer if tokenizer is None else tokenizer

@@ -506,7 +506,7 @@ def save(model, out, tokenizer=None) -> Path:
     plain transformers refuses, and that :func:`load` or ``from_pretrained(DIR, trust_remote_code=True)``
     load extended. ``out`` must be a folder (created) or absent. Returns ``out``."""
     from posenc.hf.saved import CODE_FILE, CUSTOM_CODE, wrap_config
-    from posenc.lab.atomic import atomic_write_json, atomic_write_text
+    from posenc.runtime.atomic import atomic_write_json, atomic_write_text
 
     out = Path(out)
     if out.exists() and not out.is_dir():

@@ -87,7 +87,7 @@ def _sha256(path: Path) -> str:
 
 
 def _cache_root() -> Path:
-    from posenc.lab.data import default_cache_dir
+    from posenc.data.prepare import default_cache_dir
 
     return default_cache_dir() / "models"
 
@@ -95,7 +95,7 @@ def _cache_root() -> Path:
 def _build_once(out: Path, build) -> Path:
     """``out`` (a folder with ``config.json``), written by ``build(tmp)`` into a temporary folder beside it and
     renamed into place under the cache's conversion lock, unless it is there already."""
-    from posenc.lab.lock import FolderLock
+    from posenc.runtime.lock import FolderLock
 
     if (out / "config.json").is_file():
         return out
@@ -150,7 +150,7 @@ def run_folder(path, cache_dir=None) -> Path:
     weights stay the same (see the module docstring); ``ValueError`` from the exporter for a scheme Llama has no
     place for."""
     from posenc.hf.export import check_exportable, export
-    from posenc.lab.checkpoint import load_run
+    from posenc.models.checkpoint import load_run
 
     path = Path(path)
     model, tok = load_run(path)
@@ -188,7 +188,7 @@ def source_folder(source) -> Path:
     """The ``save_pretrained`` folder behind ``source``: a folder with ``config.json`` as it is, a GGUF file
     or a bundled model name (:data:`BUNDLED`) converted once (:func:`gguf_folder`), a lab run exported once
     (:func:`run_folder`)."""
-    from posenc.lab.checkpoint import is_run_folder
+    from posenc.models.checkpoint import is_run_folder
 
     if isinstance(source, str) and source in BUNDLED:
         return gguf_folder(bundled_gguf(source))

@@ -152,7 +152,7 @@ class DuoHeads(Remap):
 
     The heads are *query* heads; DuoAttention decides per key/value head, which is the query heads of that
     group (:func:`posenc.parts.retrieval.duo_query_heads`). The choice comes from a calibration
-    (:func:`posenc.engine.calibrate.calibrate_duo`, training-free here: the original optimises gates on
+    (:func:`posenc.evals.calibrate.calibrate_duo`, training-free here: the original optimises gates on
     synthetic passkey data, ``duo_attn/train.py``). The original keeps a smaller cache for the streaming heads;
     posenc's cache is per layer, so it keeps every key and the split saves compute, not memory."""
 

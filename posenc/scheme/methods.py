@@ -438,7 +438,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            ("remap",), remap_kind="retrieval", eval_defaults=_retrieval_default,
            original="thunlp/InfLLM inf_llm/attention/context_manager.py"),
     Method("duo", "remap", "Xiao et al. 2024 (DuoAttention): streaming heads see sinks + a window, retrieval heads "
-           "everything (heads from posenc.engine.calibrate.calibrate_duo)", "arXiv:2410.10819", _duo,
+           "everything (heads from posenc.evals.calibrate.calibrate_duo)", "arXiv:2410.10819", _duo,
            (Param("streaming", [], heads=True, filled=True,
                   original="query heads of the KV heads with full_attention_heads gate below the threshold"),
             Param("n_sinks", 4, minimum=0, integer=True, filled=True, original="sink_size"),

@@ -144,7 +144,7 @@ class Method:
     def length_defaults(self, train_len: int, eval_len: int, head_dim: int | None = None,
                         base: float = 10000.0) -> dict:
         """Parameters to evaluate at ``eval_len`` a model trained at ``train_len`` (see
-        :func:`posenc.lab.evaluate.length_defaults`)."""
+        :func:`posenc.evals.lab.evaluate.length_defaults`)."""
         return {} if self.eval_defaults is None else self.eval_defaults(train_len, eval_len, head_dim, base)
 
     def build(self, scheme: Scheme, **params) -> Scheme:

@@ -1,0 +1,175 @@
+"""The long-context suite as a grid of resumable cells: every method x length x context x seed on one model.
+
+A :class:`SuitePreset` names the model (a folder, a GGUF file or a bundled model, :mod:`posenc.hf.source`), the
+lengths, the methods (the untouched model is always the first row), the contexts (:class:`ContextSpec`: a
+haystack and the task generators hidden in it, with a number of seeds) and how effective length is judged.
+
+Each method gets, at each length ``n``, the parameters a user would set to read ``n`` tokens with a model trained
+at ``L``: :func:`posenc.evals.lab.evaluate.length_defaults` from the method's registry record (``factor = n / L``,
+SelfExtend's smallest group keeping positions below ``L``, DCA's chunk ``3L/4`` and local window ``L/16``, the
+windows at ``L``; documented per method by ``posenc schemes``), plus the preset's fixed ``params``.
+
+:func:`run_suite` runs every cell not yet in ``out/cells`` (:class:`posenc.runtime.cells.CellStore`): a cell is one
+prefill of one context answering all its queries (:func:`posenc.evals.suite.prefill.run_context`), stored atomically as
+soon as it finishes, so an interrupted run continues where it stopped and a run can be completed over several
+sittings. The output folder is locked (:class:`posenc.runtime.lock.FolderLock`) while a run writes it. At lengths from
+``prune_from`` on, a method runs only if its retrieval at the previous length reached the threshold (the note in
+the results says which methods were left out and why).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from posenc.evals.suite.spec import ContextSpec, ModelFacts, SuitePreset, load_facts, plan
+
+__all__ = ["ContextSpec", "SuitePreset", "plan", "run_suite"]
+
+def _answers(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> list[dict]:
+    """Every finished answer of ``method`` at ``length``."""
+    from posenc.evals.suite.results import _cells_of
+
+    return [a for _, _, v in _cells_of(store, m, preset, method, length) for a in v["answers"]]
+
+
+def _retrieval_rate(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> float | None:
+    """The informative retrieval score (:func:`posenc.evals.suite.results.informative_kinds`) of the finished
+    answers of ``method`` at ``length`` (None when none finished)."""
+    from posenc.evals.suite.results import informative_kinds, pooled, task_counts
+
+    kinds = informative_kinds(task_counts(_answers(store, m, preset, preset.methods[0], preset.reference_length)))
+    got = pooled(task_counts(_answers(store, m, preset, method, length)), kinds)
+    return got["value"] if got["n"] else None
+
+
+def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> int:
+    """How many cells of ``method`` at ``length`` are not finished."""
+    from posenc.evals.suite.results import _cells_of
+
+    planned = sum(len(spec.seed_range) for spec in preset.contexts if spec.used_at(length))
+    return planned - len(_cells_of(store, m, preset, method, length))
+
+
+def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
+            settled_only: bool = False) -> str | None:
+    """Why ``method`` is left out at ``length`` (None: it runs).
+
+    ``settled_only`` (a report of an unfinished run): a reason only once the cells it rests on (``method`` at the
+    previous length, the untouched model at the reference length) are all finished; None before, so the pair
+    counts as not run yet rather than left out."""
+    if preset.prune_from is None or length < preset.prune_from or method == preset.methods[0]:
+        return None
+    shorter = [n for n in sorted(preset.lengths) if n < length]
+    if not shorter:
+        return None
+    prev = shorter[-1]
+    if settled_only and (_unfinished(store, m, preset, method, prev)
+                         or _unfinished(store, m, preset, preset.methods[0], preset.reference_length)):
+        return None
+    ref = _retrieval_rate(store, m, preset, preset.methods[0], preset.reference_length)
+    rate = _retrieval_rate(store, m, preset, method, prev)
+    if ref is None or rate is None:
+        return f"its cells at {prev} are not finished"
+    if rate < preset.threshold * ref:
+        return (f"retrieval {rate:.2f} at {prev} was below {preset.threshold:g} x the untouched model's "
+                f"{ref:.2f} at {preset.reference_length}")
+    return None
+
+
+def _machine(device="cpu") -> dict:
+    import torch
+
+    gpu = {"gpu": torch.cuda.get_device_name(device)} if torch.device(device).type == "cuda" else {}
+    return {"cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "processor": _cpu_model(), "threads": torch.get_num_threads(), **gpu}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
+              log: Callable[[str], None] = print, report_only: bool = False, device="cpu", dtype="auto",
+              dispatch: str | None = None, ray_address: str | None = None) -> dict:
+    """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
+    ``results.json`` and the report (:mod:`posenc.evals.suite.results`). Returns the results dict.
+
+    ``device``/``dtype``: what every model of the run is loaded on and with (``"auto"``: float32 on the CPU,
+    bfloat16 on CUDA); a cell's key names them unless they are the CPU and float32
+    (:func:`posenc.evals.suite.spec.runs_on`), and ``results.json``'s meta records them.
+
+    ``report_only``: run no cell (and no calibration); write the results and the report of the cells finished so
+    far, with ``meta["missing"]`` (``{"method@length": unfinished cells}``) and ``meta["complete"]`` saying what is
+    not run yet: the state of a run completed over several sittings.
+
+    ``cells_dir``: keep the cells there instead, e.g. another run's ``cells`` folder. A cell's key names everything
+    its result depends on (model, method, parameters, length, context, seed, suite version), not the preset, so a
+    preset that shares cells with a larger one reads the cells that one finished and adds its own there; the folder
+    holding ``cells_dir`` is locked as well, so the two runs cannot write it at once.
+
+    ``dispatch``: None runs the cells here, one after the other; ``"ray"`` runs each as a task on a Ray cluster
+    (:mod:`posenc.evals.suite.cluster`: ``ray_address`` None starts a local one, ``"auto"`` or an address joins one),
+    with the same cells, the same left-out pairs and the same results but for timing and machine fields."""
+    from contextlib import ExitStack
+
+    from posenc.evals.suite.results import write_results
+    from posenc.evals.suite.runner import run_cells
+    from posenc.runtime.cells import CellStore
+    from posenc.runtime.lock import FolderLock
+
+    if dispatch not in (None, "ray"):
+        raise ValueError(f"dispatch must be None (run the cells here) or 'ray', got {dispatch!r}")
+    if dispatch and report_only:
+        raise ValueError("dispatch='ray' runs cells and report_only runs none: pass one of them")
+    if dispatch:
+        from posenc.evals.suite.cluster import require_ray
+
+        require_ray()
+    out = Path(out_dir)
+    cells = out / "cells" if cells_dir is None else Path(cells_dir)
+    with ExitStack() as stack:
+        for folder in dict.fromkeys((out.resolve(), cells.resolve().parent)):
+            stack.enter_context(FolderLock(folder, what="suite run"))
+        import torch
+
+        old = torch.get_num_threads()
+        if preset.threads:
+            torch.set_num_threads(preset.threads)
+        try:
+            from posenc.evals.suite.calibration import resolve
+
+            m = load_facts(preset.model, device, dtype)
+            store = CellStore(cells)
+            t0 = time.perf_counter()
+            preset = resolve(preset, m, store, log, compute=not report_only)
+            missing: dict[str, int] | None = {} if report_only else None
+            pruned = partial(_pruned, settled_only=True) if report_only else _pruned
+            ray: dict = {}  # {"ray": what the cluster was} for meta.machine
+            if dispatch == "ray":
+                from posenc.evals.suite.cluster import run_cells_ray
+
+                ray["ray"] = {}
+                skipped = run_cells_ray(preset, m, store, log=log, pruned=pruned, address=ray_address,
+                                        cluster=ray["ray"])
+            else:
+                skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
+                                    missing=missing)
+            elapsed = time.perf_counter() - t0
+            if report_only and not skipped and sum(missing.values()) == len(plan(preset)):
+                raise ValueError(f"--report-only: no cell of {preset.name!r} is finished in {cells}; run it without "
+                                 "--report-only first, or name a folder that holds its cells with --cells")
+            return write_results(preset, m, store, out, skipped=skipped, machine=_machine(m.device) | ray,
+                                 run_seconds=elapsed, missing=missing or {})
+        finally:
+            torch.set_num_threads(old)

@@ -1,0 +1,234 @@
+"""From finished cells to ``results.json``: one record per (method, length), retrieval records by needle depth,
+effective lengths, and the report (:mod:`posenc.evals.report.suite`).
+
+Per (method, length), in the lab's records schema (:class:`posenc.evals.records.EvalRecord`; ``scheme`` is the
+model's name, ``passkey`` the pass-key accuracy):
+
+- ``ppl``/``loss``/``accuracy``: the target passages of the book contexts (the same tokens at every length),
+  geometric mean over seeds; ``ppl_interval``: 95% t interval over the passages' 64-token blocks;
+- ``tasks``: per query kind, ``k`` right of ``n``, Wilson 95% interval, chance;
+- ``retrieval``: the *informative* retrieval kinds pooled, the score effective length is judged on, with its
+  Wilson interval. A retrieval kind (``passkey``, ``niah_mk``, ``niah_mq``, ``niah_mv``) is informative when the
+  untouched model solves it above chance at the reference length (the lower end of its Wilson interval above the
+  chance level): a task the model cannot do within its trained context says nothing about losing context, and
+  pooled in it would only add noise (:func:`informative_kinds`; ``reference.kinds`` names them);
+- cost: ``prefill_s`` (mean seconds per prefill), ``peak_rss_mb`` (largest process peak during a prefill),
+  ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load).
+
+Paired differences (``comparisons``, when the preset names ``compare_to`` rows): past the trained length, every
+row against each of those rows on the queries both answered (the same contexts, seeds and needles: a query is its
+context, seed and place in the cell), informative kinds only, with Newcombe's paired 95% interval
+(:func:`posenc.evals.stats.intervals.paired_difference`). Pairing is what makes n = 4 say anything: two rows that
+miss the same needle differ by nothing on it.
+
+Retrieval records (:class:`posenc.evals.records.RetrievalRecord`): per query kind, method, length and depth fifth,
+with the mean needle distance. ``effective``: per method the longest length whose retrieval stays at or above
+``threshold`` x the untouched model's retrieval at ``reference_length``
+(:func:`posenc.tasks.score.effective_length`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from posenc.tasks.ruler import QUERY_KINDS, RETRIEVAL_KINDS
+
+__all__ = ["aggregate", "informative_kinds", "paired_differences", "write_results"]
+DEPTH_BINS = 5
+
+
+def _interval(k: int, n: int) -> dict:
+    from posenc.evals.stats.intervals import wilson
+
+    i = wilson(k, n)
+    return {"k": k, "n": n, "value": i.value if n else None, "lo": i.lo if n else None, "hi": i.hi if n else None}
+
+
+def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
+    from posenc.evals.suite.spec import cell_key, method_params
+
+    params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+    out = []
+    for spec in preset.contexts:
+        if not spec.used_at(n):
+            continue
+        for s in spec.seed_range:
+            v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device,
+                                   dtype=m.dtype))
+            if v is not None:
+                out.append((spec, s, v))
+    return out
+
+
+def task_counts(answers: list[dict]) -> dict:
+    """Per query kind: ``k`` right of ``n`` with its Wilson interval and the chance level."""
+    tasks = {}
+    for kind in QUERY_KINDS:
+        got = [a for a in answers if a["kind"] == kind]
+        if got:
+            tasks[kind] = {**_interval(sum(a["correct"] for a in got), len(got)), "chance": got[0]["chance"]}
+    return tasks
+
+
+def informative_kinds(reference_tasks: dict) -> tuple[str, ...]:
+    """The retrieval kinds the untouched model solves above chance at the reference length (Wilson lower end >
+    chance); all retrieval kinds present when none is (the report then says effective length means nothing)."""
+    good = tuple(k for k in RETRIEVAL_KINDS if k in reference_tasks and reference_tasks[k]["n"]
+                 and reference_tasks[k]["lo"] > reference_tasks[k]["chance"])
+    return good or tuple(k for k in RETRIEVAL_KINDS if k in reference_tasks)
+
+
+def pooled(tasks: dict, kinds) -> dict:
+    """``k``/``n`` and Wilson interval of ``kinds`` pooled."""
+    k = sum(tasks[x]["k"] for x in kinds if x in tasks)
+    return _interval(k, sum(tasks[x]["n"] for x in kinds if x in tasks))
+
+
+def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds) -> dict:
+    """The EvalRecord row of one (method, length)."""
+    from posenc.evals.records import EvalRecord
+    from posenc.evals.stats.intervals import ppl_interval
+    from posenc.evals.suite.spec import method_params
+
+    answers = [a for _, _, v in cells for a in v["answers"]]
+    targets = [v["target"] for _, _, v in cells if v.get("target")]
+    tasks = task_counts(answers)
+    loss = statistics.fmean(t["loss"] for t in targets) if targets else None
+    blocks = [b for t in targets for b in t["block_losses"]]
+    pk = tasks.get("passkey")
+    decode_s = sum(v["decode_s"] for _, _, v in cells)
+    extra = {"retrieval": pooled(tasks, kinds), "tasks": tasks,
+             "ppl_interval": ppl_interval(blocks, over="64-token blocks").to_dict() if len(blocks) > 1 else None,
+             "prefill_s": statistics.fmean(v["prefill_s"] for _, _, v in cells),
+             "peak_rss_mb": max((v["peak_rss_mb"] or 0) for _, _, v in cells) or None,
+             "decode_tok_s": sum(v["decode_tokens"] for _, _, v in cells) / decode_s if decode_s else None,
+             "loadavg": statistics.fmean(v["loadavg"][0] for _, _, v in cells if v.get("loadavg", [None])[0]
+                                         is not None) if any(v.get("loadavg") for _, _, v in cells) else None,
+             "cells": len(cells)}
+    rec = EvalRecord(scheme=name, method=method, train_len=m.train_len, eval_len=n,
+                     ppl=math.exp(loss) if loss is not None else None, loss=loss,
+                     accuracy=statistics.fmean(t["accuracy"] for t in targets) if targets else None,
+                     tokens=sum(t["tokens"] for t in targets), passkey=pk["value"] if pk else None,
+                     params=method_params(method, m.train_len, n, m.head_dim, m.base, preset.params), extra=extra)
+    return rec.to_dict()
+
+
+def _depth_records(name: str, m, method: str, n: int, cells: list[tuple]) -> list[dict]:
+    """Retrieval records per query kind and depth fifth."""
+    from posenc.evals.records import RetrievalRecord
+
+    out = []
+    for kind in QUERY_KINDS:
+        got = [a for _, _, v in cells for a in v["answers"] if a["kind"] == kind]
+        for b in range(DEPTH_BINS):
+            sel = [a for a in got if min(int(a["depth"] * DEPTH_BINS), DEPTH_BINS - 1) == b]
+            if not sel:
+                continue
+            k = sum(a["correct"] for a in sel)
+            dist = max(1, min(n - 1, round(statistics.fmean(a["distance"] for a in sel))))
+            iv = _interval(k, len(sel))
+            out.append(RetrievalRecord(kind, name, method, m.train_len, n, dist, k / len(sel), len(sel),
+                                       sel[0]["chance"], extra={"depth_bin": [b / DEPTH_BINS, (b + 1) / DEPTH_BINS],
+                                                                "lo": iv["lo"], "hi": iv["hi"]}).to_dict())
+    return out
+
+
+def _queries(cells: list[tuple], kinds) -> dict[tuple, dict]:
+    """The informative answers of a row's cells keyed by query: (context, seed, place in the cell)."""
+    return {(spec.name, s, i): a for spec, s, v in cells for i, a in enumerate(v["answers"])
+            if a["kind"] in kinds}
+
+
+def paired_differences(preset, m, store, kinds) -> list[dict]:
+    """Per length past the trained one, each row against each ``preset.compare_to`` row: ``value`` = the row's
+    retrieval minus the other's over the queries both answered, ``lo``/``hi`` Newcombe's paired interval, ``n``
+    the pairs, ``wins``/``losses`` the queries only the row / only the other got right."""
+    from posenc.evals.stats.intervals import paired_difference
+
+    out = []
+    for n in sorted(x for x in preset.lengths if x > m.train_len):
+        rows = {method: _queries(_cells_of(store, m, preset, method, n), kinds) for method in preset.methods}
+        for versus in preset.compare_to:
+            for method in preset.methods:
+                if method == versus or not rows[method] or not rows[versus]:
+                    continue
+                both = sorted(set(rows[method]) & set(rows[versus]))
+                for q in both:
+                    if rows[method][q]["depth"] != rows[versus][q]["depth"]:
+                        raise ValueError(f"query {q} of {method} and {versus} at {n} hides its needle at different "
+                                         "depths: the cells do not hold the same contexts")
+                a = [rows[method][q]["correct"] for q in both]
+                b = [rows[versus][q]["correct"] for q in both]
+                d = paired_difference(a, b)
+                out.append({"length": n, "method": method, "versus": versus, "n": d.n, "value": d.value,
+                            "lo": d.lo if d.n else None, "hi": d.hi if d.n else None,
+                            "wins": sum(x and not y for x, y in zip(a, b)),
+                            "losses": sum(y and not x for x, y in zip(a, b))})
+    return out
+
+
+def _lengths_of(method: str, pairs) -> list[int]:
+    """The lengths of ``method`` among ``"method@length"`` keys (a row label may hold ``@`` itself)."""
+    return sorted(int(n) for label, n in (k.rsplit("@", 1) for k in pairs) if label == method)
+
+
+def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, int] | None = None) -> dict:
+    """``{"records", "retrieval", "effective", "reference", "comparisons"}`` from the finished cells."""
+    from posenc.tasks.score import effective_length
+
+    base = preset.methods[0]  # the untouched model
+    ref_cells = _cells_of(store, m, preset, base, preset.reference_length)
+    kinds = informative_kinds(task_counts([a for _, _, v in ref_cells for a in v["answers"]]))
+    records, retrieval = [], []
+    for method in preset.methods:
+        for n in sorted(preset.lengths):
+            cells = _cells_of(store, m, preset, method, n)
+            if cells:
+                records.append(_record(name, m, preset, method, n, cells, kinds))
+                retrieval += _depth_records(name, m, method, n, cells)
+    ref_rec = next((r for r in records if r["method"] == base and r["eval_len"] == preset.reference_length), None)
+    ref = ref_rec["retrieval"]["value"] if ref_rec else None
+    threshold = preset.threshold * ref if ref is not None else None
+    effective = {}
+    for method in preset.methods:
+        scores = {r["eval_len"]: r["retrieval"]["value"] for r in records if r["method"] == method}
+        left_out = _lengths_of(method, skipped)
+        unfinished = _lengths_of(method, missing or {})
+        eff = effective_length(scores, threshold) if threshold is not None and scores else None
+        effective[method] = {"effective_length": eff, "scores": {str(k): v for k, v in sorted(scores.items())},
+                             "left_out": left_out, "unfinished": unfinished,
+                             "complete": not left_out and not unfinished and len(scores) == len(preset.lengths)}
+    reference = {"method": base, "length": preset.reference_length, "retrieval": ref, "kinds": list(kinds),
+                 "fraction": preset.threshold, "threshold": threshold}
+    return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference,
+            "comparisons": paired_differences(preset, m, store, kinds)}
+
+
+def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float,
+                  missing: dict[str, int] | None = None) -> dict:
+    """Aggregate, then write ``results.json`` and the report into ``out`` (atomically). Returns the results.
+
+    ``missing``: ``{"method@length": unfinished cells}`` of a report written before the run finished
+    (``meta["complete"]`` is False while any is left)."""
+    from posenc.evals.report.suite import write_report
+    from posenc.hf.source import describe_source
+    from posenc.runtime.atomic import atomic_write_bytes
+
+    name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
+    body = aggregate(preset, m, store, skipped=skipped, name=name, missing=missing)
+    cells = [v for method in preset.methods for n in sorted(preset.lengths)
+             for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
+    total = sum(v.get("seconds", 0.0) for v in cells)
+    meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
+            "model_id": m.model_id, "train_len": m.train_len, "device": m.device, "dtype": m.dtype,
+            "config": preset.to_dict(), "machine": machine,
+            "left_out": skipped, "missing": dict(missing or {}), "complete": not missing, "cells": len(cells),
+            "cell_seconds_total": round(total, 1), "this_sitting_seconds": round(run_seconds, 1)}
+    results = {"meta": meta, **body}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "results.json", json.dumps(results, indent=1, default=str).encode())
+    write_report(results, out)
+    return results

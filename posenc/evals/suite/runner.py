@@ -1,0 +1,91 @@
+"""Running the suite's cells: one fresh model per (length, method), one prefill per (context, seed), each result
+stored the moment it exists; a progress bar whose ETA weighs a cell by its attention cost (length squared)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from posenc.evals.suite.prefill import run_context
+from posenc.tasks.context import build_context
+from posenc.tasks.haystack import make_haystack
+
+__all__ = ["run_cells"]
+
+
+def _weight(length: int) -> float:
+    """A cell's share of the progress bar: prefill cost grows like the square of the length (attention)."""
+    return (length / 4096) ** 2
+
+
+def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -> dict:
+    haystack = _HAYSTACKS.get(spec.haystack)
+    if haystack is None:
+        haystack = _HAYSTACKS[spec.haystack] = make_haystack(spec.haystack, m.tokenizer)
+    ctx = build_context(m.tokenizer, haystack, length, spec.generators, seed, spec.target, chat, spec.options)
+    ctx.check(m.tokenizer)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    t = time.perf_counter()
+    value = run_context(model, m.tokenizer, ctx)
+    value.update({"seconds": time.perf_counter() - t, "loadavg": [load, os.getloadavg()[0] if load is not None
+                                                                  else None]})
+    store.put(key, value)
+    return value
+
+
+_HAYSTACKS: dict = {}  # haystack name -> tokenized haystack (per run: one tokenizer)
+
+
+def _summary(v: dict) -> str:
+    hits = sum(a["correct"] for a in v["answers"])
+    ppl = f", target ppl {2.718281828 ** v['target']['loss']:.1f}" if v.get("target") else ""
+    return f"prefill {v['prefill_s']:.0f}s, {hits}/{len(v['answers'])} answers right{ppl}"
+
+
+def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], pruned,
+              missing: dict[str, int] | None = None) -> dict[str, str]:
+    """Run every unfinished cell of ``preset`` (``m``: the loaded model, :class:`posenc.evals.suite.spec.ModelFacts`);
+    returns ``{"method@length": reason}`` for the (method, length) pairs left out.
+
+    ``missing``: run nothing; count the unfinished cells of every (method, length) pair that is not left out into it
+    (``{"method@length": cells}``), for a report of a run that is not finished."""
+    from tqdm import tqdm
+
+    from posenc.evals.suite.spec import cell_key, method_params, plan
+
+    _HAYSTACKS.clear()
+    cells = plan(preset)
+    bar = tqdm(total=sum(_weight(n) for n, *_ in cells), disable=not progress, unit="cost",
+               bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}")
+    skipped: dict[str, str] = {}
+    done = 0
+    emit = bar.write if progress else log  # lines above the bar, not through it
+    try:
+        by_pair: dict[tuple[int, str], list] = {}
+        for n, method, spec, seed in cells:
+            by_pair.setdefault((n, method), []).append((spec, seed))
+        for (n, method), todo in by_pair.items():
+            params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+            keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype),
+                     spec, s) for spec, s in todo]
+            pending = [(k, spec, s) for k, spec, s in keys if store.get(k) is None]
+            why = pruned(store, m, preset, method, n) if pending else None
+            if missing is not None and pending and not why:
+                missing[f"{method}@{n}"] = len(pending)
+                pending = []
+            if why:
+                skipped[f"{method}@{n}"] = why
+                emit(f"{method} at {n}: left out ({why})")
+            model = m.fresh(method, params) if pending and not why else None
+            for k, spec, s in keys:
+                done += 1
+                bar.set_postfix_str(f"cell {done}/{len(cells)}: {method} @ {n} {spec.name} seed {s}")
+                if model is not None and store.get(k) is None:
+                    v = _one(store, k, model, m, spec, s, n, preset.chat)
+                    emit(f"[{done}/{len(cells)}] {method} @ {n} {spec.name} seed {s}: {_summary(v)}")
+                bar.update(_weight(n))
+            del model
+    finally:
+        bar.close()
+    return skipped

@@ -1,0 +1,183 @@
+"""What a suite run is made of, as plain data: a :class:`ContextSpec` (a haystack and the task generators hidden
+in it), a :class:`SuitePreset` (model, lengths, method rows, contexts, how effective length is judged), the
+parameters a row runs with at a length (:func:`method_params`), the key of a cell (:func:`cell_key`), the cells
+of a preset (:func:`plan`), and the facts about the model a run needs (:class:`ModelFacts`). The run itself is
+:mod:`posenc.evals.suite.grid`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = ["ContextSpec", "ModelFacts", "SUITE_VERSION", "SuitePreset", "cell_key", "load_facts", "method_params",
+           "method_spec", "plan", "runs_on"]
+
+SUITE_VERSION = 1
+"""Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """One kind of context: ``haystack`` (``book`` or ``noise``) holding the needles of ``generators``; ``seeds``
+    contexts of it per (method, length), seeds ``first_seed`` .. ``first_seed + seeds - 1``; ``target`` scored tokens
+    at the end (book haystacks; 0: none); ``min_length``/``max_length``: used only from / up to this length (None:
+    every length; neither is part of a cell's key); ``options``: keyword parameters per generator
+    (``{"niah": {"n_keys": 4}}``)."""
+
+    haystack: str
+    generators: tuple[str, ...]
+    seeds: int = 1
+    target: int = 0
+    max_length: int | None = None
+    options: dict = field(default_factory=dict)
+    first_seed: int = 0
+    min_length: int | None = None
+
+    def used_at(self, length: int) -> bool:
+        """Whether this context is part of a cell grid at ``length``."""
+        return (self.min_length is None or length >= self.min_length) and (
+            self.max_length is None or length <= self.max_length)
+
+    @property
+    def seed_range(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
+
+    @property
+    def name(self) -> str:
+        return f"{self.haystack}:{'+'.join(self.generators)}"
+
+
+@dataclass(frozen=True)
+class SuitePreset:
+    """Everything a suite run depends on (module docstring). ``reference_length``: the untouched model's
+    retrieval there is the reference; ``threshold``: the fraction of it a method must keep for a length to count
+    as effective; ``params``: fixed parameters per method spec, on top of the per-length ones; ``compare_to``: rows
+    every other row is compared with, query by query, past the trained length (paired differences in retrieval,
+    :func:`posenc.evals.suite.results.paired_differences`)."""
+
+    name: str
+    description: str
+    model: str = "smollm2"
+    lengths: tuple[int, ...] = (4096, 8192, 16384)
+    methods: tuple[str, ...] = ("none",)
+    contexts: tuple[ContextSpec, ...] = ()
+    reference_length: int = 4096
+    threshold: float = 0.85
+    prune_from: int | None = None
+    params: dict = field(default_factory=dict)
+    chat: bool = False
+    threads: int | None = None
+    compare_to: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        from posenc.scheme.methods import is_identity
+
+        if not self.methods or not is_identity(self.methods[0]):
+            raise ValueError(f"a suite's first method must be 'none' (the untouched model), got {self.methods[:1]}")
+        if self.reference_length not in self.lengths:
+            raise ValueError(f"reference_length {self.reference_length} must be one of the lengths {self.lengths}")
+        if not self.contexts:
+            raise ValueError("a suite needs at least one context")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        unknown = [c for c in self.compare_to if c not in self.methods]
+        if unknown:
+            raise ValueError(f"compare_to names rows that are not methods of the preset: {unknown}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def method_spec(label: str) -> str:
+    """The method spec of a row label: ``"dca@qwen"`` is ``dca`` with the fixed parameters the preset gives the
+    label ``dca@qwen`` (two rows of one method with different parameters); a label without ``@`` is the spec."""
+    return label.split("@", 1)[0]
+
+
+def method_params(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> dict:
+    """The parameters row ``method`` (a label, :func:`method_spec`) runs with at ``length``: the per-length
+    defaults of its spec, then the preset's fixed ones for the label."""
+    from posenc.evals.lab.evaluate import length_defaults
+    from posenc.scheme.methods import is_identity
+
+    spec = method_spec(method)
+    if is_identity(spec):
+        return {}
+    return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base, hf=True), **fixed.get(method, {})}
+
+
+def runs_on(device="cpu", dtype: str = "float32") -> dict:
+    """What a cell key adds for the device and dtype the model ran with: ``dtype`` unless it is float32, ``device``
+    (its type: ``"cuda"``, not ``"cuda:1"``) unless it is the CPU. Float32 on the CPU adds nothing, so every cell
+    computed before runs took a device keeps its key; a result depends on the dtype (and, at float noise, on the
+    device), so a bfloat16 or CUDA cell never answers for a float32 CPU one."""
+    import torch
+
+    kind = torch.device(device).type
+    return {**({"dtype": dtype} if dtype != "float32" else {}), **({"device": kind} if kind != "cpu" else {})}
+
+
+def cell_key(model_id: str, method: str, params: dict, length: int, spec: ContextSpec, seed: int, chat: bool, *,
+             device="cpu", dtype: str = "float32") -> dict:
+    """Everything a cell's result depends on (:class:`posenc.runtime.cells.CellStore` key); ``device``/``dtype``: what
+    the model ran with (:func:`runs_on`)."""
+    return {"suite": SUITE_VERSION, "model": model_id, "method": method, "params": params, "length": length,
+            "haystack": spec.haystack, "generators": list(spec.generators), "target": spec.target, "seed": seed,
+            "chat": chat, **({"options": spec.options} if spec.options else {}), **runs_on(device, dtype)}
+
+
+def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
+    """Every cell ``(length, method, context, seed)`` the preset may run, shortest length first."""
+    return [(n, m, spec, s) for n in sorted(preset.lengths) for m in preset.methods for spec in preset.contexts
+            if spec.used_at(n) for s in spec.seed_range]
+
+
+@dataclass
+class ModelFacts:
+    """The untouched model's folder, tokenizer and shape facts, loaded once per run, and the ``device`` and
+    ``dtype`` (a name: ``"float32"``, ``"bfloat16"``, ``"float16"``) every model of the run is loaded with."""
+
+    folder: Path
+    tokenizer: object
+    model_id: str
+    train_len: int
+    head_dim: int
+    base: float
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def load(self):
+        """The untouched model in eval mode, with the run's dtype, on its device."""
+        import torch
+
+        from posenc.hf.patch import load
+
+        return load(self.folder, dtype=getattr(torch, self.dtype)).to(self.device)
+
+    def fresh(self, method: str, params: dict):
+        """A fresh copy of the model (:meth:`load`) extended with row ``method`` (a label)."""
+        from posenc.hf.patch import extend
+
+        return extend(self.load(), method_spec(method), **params)  # "none": the model as it is
+
+
+def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
+    """The facts of model ``source`` for a run on ``device`` with ``dtype`` (``"auto"``: float32 on the CPU,
+    bfloat16 on CUDA; :func:`posenc._util.check_dtype`); ``ValueError`` for a device this machine lacks."""
+    from transformers import AutoConfig
+
+    from posenc._util import check_device, check_dtype
+    from posenc.hf.patch import scheme_from_config, train_len_of
+    from posenc.hf.source import load_tokenizer, source_folder
+
+    device = check_device("device", device)
+    dtype = check_dtype("dtype", dtype, device)
+    folder = source_folder(source)
+    cfg = AutoConfig.from_pretrained(folder)
+    rope = scheme_from_config(cfg).rope
+    if rope is None:
+        raise ValueError(f"model {source!r} has no RoPE: the suite's methods extend RoPE models")
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    model_id = f"{Path(folder).name}:{cfg.model_type}"  # the folder name holds the GGUF's digest when converted
+    return ModelFacts(folder, load_tokenizer(source), model_id, train_len_of(cfg), int(head_dim), float(rope.base),
+                      device, dtype)

@@ -1,0 +1,118 @@
+"""Haystacks: the text the needles of a long-context task are hidden in, as token pieces of a model's tokenizer.
+
+Two kinds (:data:`HAYSTACKS`), as in RULER (arXiv 2404.06654) and the passkey test of Landmark Attention
+(arXiv 2305.16300):
+
+- ``book``: real prose, the test-split documents of the Gutenberg corpus posenc already ships
+  (:func:`posenc.data.corpora.load_corpus`; modern-spelling editions, in a fixed order, joined by blank lines).
+  A context ends with a **target passage** of ``target`` tokens whose perplexity is scored: for one seed the
+  passage is the same tokens at every length, and a longer context only adds more of the text that precedes it
+  (:meth:`Haystack.window`). Perplexity is comparable across lengths and methods because the scored tokens are.
+- ``noise``: Landmark's filler, "The grass is green. The sky is blue. ..." repeated; nothing in it is worth
+  scoring, and a needle stands out from it.
+
+The text is split after sentence ends and line breaks into *pieces*; each piece is tokenized on its own and the
+ids concatenated, so needles can be inserted at piece borders without re-tokenizing anything (every piece but the
+first starts with white space, which a byte-level BPE keeps as a separate pre-token anyway).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["HAYSTACKS", "Haystack", "MAX_CONTEXT", "NOISE_FILLER", "make_haystack"]
+
+NOISE_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+MAX_CONTEXT = 65536
+"""The longest context a ``book`` haystack serves: every seed's target passage starts at or after this many
+tokens of text (:meth:`Haystack.window`)."""
+SEED_STRIDE = 8192  # tokens between the target passages of two seeds
+_PIECE = re.compile(r"\s*[^.!?\n]*(?:[.!?]+|\n|$)")
+
+
+def _pieces(text: str) -> list[str]:
+    return [p for p in _PIECE.findall(text) if p]
+
+
+@dataclass(frozen=True)
+class Haystack:
+    """Token pieces of one haystack kind under one tokenizer. ``cyclic``: the pieces repeat (noise);
+    ``scored``: a context ends with a target passage whose perplexity means something (book)."""
+
+    name: str
+    pieces: tuple[tuple[int, ...], ...]
+    cyclic: bool
+    scored: bool
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(p) for p in self.pieces)
+
+    def window(self, n_before: int, target: int, seed: int) -> tuple[list[int], list[int], list[int]]:
+        """``(before, borders, passage)``: the ``target`` tokens of seed ``seed``'s passage and the ``n_before``
+        tokens of text right before it, with ``borders`` the offsets in ``before`` where a piece starts (where a
+        needle may go). The passage does not depend on ``n_before``."""
+        if n_before < 0 or target < 0:
+            raise ValueError(f"n_before and target must be >= 0, got {n_before}, {target}")
+        if self.cyclic:
+            if target:
+                raise ValueError(f"haystack {self.name!r} has no target passage (target must be 0)")
+            return self._cycle(n_before, seed)
+        if n_before + target > MAX_CONTEXT + SEED_STRIDE:
+            raise ValueError(f"haystack {self.name!r} serves contexts up to {MAX_CONTEXT} tokens, asked for "
+                             f"{n_before + target}")
+        start = MAX_CONTEXT + seed * SEED_STRIDE  # first token of the passage, in the concatenated text
+        flat, starts = self._flat()
+        if start + target > len(flat):
+            raise ValueError(f"haystack {self.name!r} has {len(flat)} tokens: seed {seed} needs "
+                             f"{start + target} (seeds 0..{(len(flat) - MAX_CONTEXT - target) // SEED_STRIDE})")
+        lo = start - n_before
+        borders = [s - lo for s in starts if lo <= s < start]
+        return list(flat[lo:start]), borders, list(flat[start:start + target])
+
+    def _flat(self) -> tuple[tuple[int, ...], list[int]]:
+        cached = self.__dict__.get("_flat_cache")
+        if cached is None:
+            flat: list[int] = []
+            starts = []
+            for p in self.pieces:
+                starts.append(len(flat))
+                flat.extend(p)
+            cached = (tuple(flat), starts)
+            object.__setattr__(self, "_flat_cache", cached)
+        return cached
+
+    def _cycle(self, n: int, seed: int) -> tuple[list[int], list[int], list[int]]:
+        ids: list[int] = []
+        borders: list[int] = []
+        i = seed % len(self.pieces)
+        while len(ids) < n:
+            borders.append(len(ids))
+            ids.extend(self.pieces[i % len(self.pieces)])
+            i += 1
+        return ids[:n], [b for b in borders if b < n], []
+
+
+def _book_text() -> str:
+    from posenc.data.corpora import load_corpus, split_documents
+
+    docs = split_documents(load_corpus("gutenberg"))["test"]
+    modern = [d for d in docs if not d.name.endswith("_f")]  # the First Folio spellings are the same plays
+    return "\n\n".join(d.text.strip() for d in sorted(modern, key=lambda d: d.name))
+
+
+HAYSTACKS = ("book", "noise")
+
+
+def make_haystack(name: str, tokenizer) -> Haystack:
+    """The haystack ``name`` (:data:`HAYSTACKS`) under ``tokenizer`` (a transformers tokenizer)."""
+    if name not in HAYSTACKS:
+        raise ValueError(f"haystack must be one of {HAYSTACKS}, got {name!r}")
+    if name == "noise":
+        texts = _pieces(" " + NOISE_FILLER)  # one cycle of the filler's sentences, each with its leading space
+    else:
+        texts = _pieces(_book_text())
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    pieces = tuple(tuple(p) for p in ids if p)
+    return Haystack(name, pieces, cyclic=name == "noise", scored=name == "book")
