@@ -8,7 +8,7 @@ Model: SmolLM2-135M-Instruct (``posenc.hf.source.load_source("smollm2")``: a Lla
 trained at 8192), float32 on CPU, optionally cut to its first ``--layers`` decoder layers (a layer is what the
 methods change; embedding and the one-row lm_head, ``logits_to_keep=1``, are the same for every method). One
 model object: each measurement ``extend``s it with the method (per-length parameters from
-:func:`posenc.evals.lab.evaluate.length_defaults`) and ``unextend``s it after, so the baseline is the very same
+:func:`posenc.methods.length_defaults`) and ``unextend``s it after, so the baseline is the very same
 weights on transformers' own ``sdpa`` attention. Within each repeat the baseline and every method run one after
 another (interleaved), so load affects them alike; each measurement records ``os.getloadavg()``. Ratios are
 per repeat (method / that repeat's baseline), reported as median (min, max).
@@ -172,8 +172,8 @@ def measure(model, n: int, decode: int, switch=None) -> dict:
 def run_one(model, row, n: int, decode: int, decode_only: bool = False, synthetic: bool = False) -> dict:
     """``measure`` with the row's method applied (None: the untouched model), undone after. ``decode_only``:
     the prefill runs the dynamic schedule with a step (its time is not recorded), the decode the row's own."""
-    from posenc.evals.lab.evaluate import length_defaults
     from posenc.hf import extend, unextend
+    from posenc.methods import length_defaults
 
     if row is None:
         return measure_decode(model, n, decode) if synthetic else measure(model, n, decode)

@@ -1,5 +1,5 @@
 """mkdocs hook: the method catalogue (docs/methods.md) is generated from posenc's registries at build time
-(:data:`posenc.scheme.methods.METHODS`, ``TRAINED_METHODS``, ``HF_ONLY``), so it cannot drift from the code."""
+(:data:`posenc.methods.METHODS`, ``TRAINED_METHODS``, ``HF_ONLY``), so it cannot drift from the code."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _params(method) -> str:
 
 def catalogue() -> str:
     """Three Markdown tables: inference-time methods, trained-in methods, transformers-only methods."""
-    from posenc.scheme.methods import HF_ONLY, METHODS, TRAINED_METHODS
+    from posenc.methods import HF_ONLY, METHODS, TRAINED_METHODS
 
     out = []
     for title, registry in (("Inference-time methods (`--method`, `PositionScheme.extend`, `posenc.hf.extend`)",

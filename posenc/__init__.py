@@ -1,6 +1,6 @@
 """posenc: positional encodings and length extrapolation for transformers.
 
-One composable, typed API (:class:`PositionScheme`) for every method of the seed notes, an
+One composable, typed API (:class:`PositionScheme`) for the published methods, an
 attention engine that executes any scheme (reference / blockwise / FlexAttention paths), a KV
 cache that is right under every method, and a lab (``posenc bench``) that measures them.
 """

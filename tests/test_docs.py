@@ -39,7 +39,7 @@ def test_method_catalogue_is_generated_from_the_registry():
         import hooks
     finally:
         sys.path.remove(str(DOCS))
-    from posenc.scheme.methods import HF_ONLY, METHODS, TRAINED_METHODS
+    from posenc.methods import HF_ONLY, METHODS, TRAINED_METHODS
 
     text = hooks.catalogue()
     for name in [*METHODS, *TRAINED_METHODS, *HF_ONLY]:

@@ -11,7 +11,8 @@ import torch
 
 from posenc.cli import main as cli_main
 from posenc.data.tokenizer import ByteTokenizer
-from posenc.evals.lab.evaluate import evaluate_checkpoint, evaluate_model, length_defaults, model_variant
+from posenc.evals.lab.evaluate import evaluate_checkpoint, evaluate_model, model_variant
+from posenc.methods import length_defaults
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme
 from posenc.training.train import TrainConfig, train

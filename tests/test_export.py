@@ -16,9 +16,9 @@ transformers = pytest.importorskip("transformers")
 from posenc import hf  # noqa: E402
 from posenc._util import assert_close  # noqa: E402
 from posenc.hf.export import check_exportable, export  # noqa: E402
+from posenc.methods import hf_methods  # noqa: E402
 from posenc.models.tinylm import LMConfig, TinyLM  # noqa: E402
 from posenc.scheme.core import TRAINED, PositionScheme  # noqa: E402
-from posenc.scheme.methods import hf_methods  # noqa: E402
 
 L, DIM, HEADS, KV_HEADS = 16, 64, 4, 2  # trained length; methods are read at 4 L
 HEAD_DIM = DIM // HEADS
@@ -133,7 +133,7 @@ def _posenc_side(model, method, params):
     transformers' code; LongRoPE also has a posenc form, per query) are their schedule in ``rope.scaling`` with
     transformers' rule, one schedule for the whole call (``dynamic="sequence"``), and the lengths of the exported
     config (LongRoPE's default factor is their ratio)."""
-    from posenc.scheme.methods import HF_ONLY
+    from posenc.methods import HF_ONLY
 
     if method.name not in HF_ONLY:
         return model.with_scheme(method.name, **params)

@@ -20,7 +20,7 @@ LAYERS = (
     ("posenc.data",),
     ("posenc.tasks",),
     ("posenc.parts",),
-    ("posenc.scheme",),
+    ("posenc.scheme", "posenc.methods"),
     ("posenc.engine",),
     ("posenc.models",),
     ("posenc.training",),

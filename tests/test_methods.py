@@ -1,4 +1,4 @@
-"""The method registry (posenc/scheme/methods.py): complete records, every method builds, the one
+"""The method registry (posenc/methods/registry.py): complete records, every method builds, the one
 ``"a+b"`` parser, HF rope types, and no method-name comparisons outside the registries."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import posenc
+from posenc.methods import HF_ONLY, METHODS, NONE, UnknownMethodError, hf_methods, is_identity, lookup, parse_methods
 from posenc.parts.absolute import build_embedding
 from posenc.parts.frequencies import ROPE_SCALINGS
 from posenc.parts.remap import REMAPS
-from posenc.scheme import METHODS, PositionScheme
-from posenc.scheme.methods import HF_ONLY, NONE, UnknownMethodError, hf_methods, is_identity, lookup, parse_methods
+from posenc.scheme import PositionScheme
 
 PAPER = re.compile(r"^(arXiv:\d{4}\.\d{4,5}|https://\S+)$")
 KINDS = {"frequencies", "base", "remap", "logn", "mask", "embedding"}
@@ -151,7 +151,7 @@ def test_hf_rope_types_are_transformers_ones():
 
 # ===================================================================== no name comparisons elsewhere
 PACKAGE = Path(posenc.__file__).resolve().parent
-ALLOWED = {PACKAGE / "scheme" / "methods.py"} | set((PACKAGE / "parts").glob("*.py"))
+ALLOWED = set((PACKAGE / "methods").glob("*.py")) | set((PACKAGE / "parts").glob("*.py"))
 # "default" (NONE's alias) is left out: it is also transformers' rope_type for plain RoPE, compared in hf/patch.py
 NAMES = set(hf_methods()) | {NONE.name}
 
@@ -163,31 +163,21 @@ def _is_name(node) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NAMES
 
 
-def _is_part_kind(node) -> bool:
-    """``part.kind`` / ``kind``: a kind of a posenc.parts registry (``"hierarchical"`` is an embedding kind
-    as well as a method), which the parts registries own."""
-    return (isinstance(node, ast.Attribute) and node.attr == "kind") or (isinstance(node, ast.Name)
-                                                                       and node.id == "kind")
-
-
 def name_comparisons(source: str) -> list[tuple[int, str]]:
-    """``x == "yarn"``, ``x != "none"``, ``x in ("pi", ...)``, ``"hierarchical" in xs``: (line, code)."""
+    """Every place a method is chosen by its name: ``x == "yarn"``, ``x != "none"``, ``x in ("pi", ...)``,
+    ``"hierarchical" in xs``, ``part.kind == "duo"`` (a part kind that is a method's name), ``case "yarn":``, and a
+    dict literal keyed by method names (``{"pi": "linear"}[rule]``, a second registry): (line, code)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Compare):
-            continue
-        operands = [node.left, *node.comparators]
-        for op, left, right in zip(node.ops, operands, operands[1:]):
-            if _is_part_kind(left) or _is_part_kind(right):
-                continue
-            if isinstance(op, (ast.Eq, ast.NotEq)):
-                hit = _is_name(left) or _is_name(right)
-            elif isinstance(op, (ast.In, ast.NotIn)):
-                hit = _is_name(left) or _is_name(right)
-            else:
-                hit = False
-            if hit:
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) and (_is_name(a) or _is_name(b))
+                   for op, a, b in zip(node.ops, operands, operands[1:])):
                 found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.MatchValue) and _is_name(node.value):
+            found.append((node.lineno, f"case {ast.unparse(node.value)}"))
+        elif isinstance(node, ast.Dict) and node.keys and all(k is not None and _is_name(k) for k in node.keys):
+            found.append((node.lineno, ast.unparse(node)[:80]))
     return found
 
 
@@ -195,8 +185,9 @@ def test_the_scan_finds_comparisons():
     src = ('if method == "yarn": pass\nok = m != "none"\nx = name in ("pi", "other")\n'
            'y = "hierarchical" in methods\nz = kind == "learned_table"\nw = "rope_type" in d\n'
            'v = emb.kind == "hierarchical"\nu = spec.name == "bca"\nt = names in (["none"], ["default"])\n'
-           's = n == "linear"\n')
-    assert [line for line, _ in name_comparisons(src)] == [1, 2, 3, 4, 8, 9, 10]
+           's = n == "linear"\nr = {"pi": "linear", "ntk": "ntk"}[rule]\nq = {"rope_type": "yarn"}\n'
+           'match m:\n    case "dca":\n        pass\n')
+    assert [line for line, _ in name_comparisons(src)] == [1, 2, 3, 4, 7, 8, 9, 10, 11, 14]
 
 
 def test_no_method_name_comparisons_outside_the_registries():

@@ -13,10 +13,10 @@ from posenc._util import assert_close, relative_error
 from posenc.engine import make_call, run_attention
 from posenc.engine.parts import AttentionParts
 from posenc.engine.scores import rotate_branch
+from posenc.methods import METHODS, TRAINED_METHODS
 from posenc.models.cache import KVCache
 from posenc.models.generation import left_padded_positions
 from posenc.scheme.core import TRAINED
-from posenc.scheme.methods import METHODS, TRAINED_METHODS
 
 NEW = ("p_rope", "cope", "fox", "fire")
 

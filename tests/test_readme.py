@@ -40,7 +40,7 @@ def test_readme_method_table_names_every_preset_and_method():
     """The front page's compact method table is typed by hand: it must name every trained-in preset and every
     inference-time method of the registry, and nothing else (``longrope`` is transformers' own: HF_ONLY)."""
     from posenc import PositionScheme
-    from posenc.scheme.methods import HF_ONLY, METHODS
+    from posenc.methods import HF_ONLY, METHODS
 
     text = README.read_text()
     section = text[text.index("## Methods"):text.index("## Latest results")]

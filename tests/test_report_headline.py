@@ -21,7 +21,7 @@ from posenc.evals.report.retrieval import ppl_vs_retrieval_table
 from posenc.evals.stats.intervals import Interval, ppl_interval, wilson
 from posenc.evals.stats.pooling import far_interval, pool_records, pool_retrieval, ratio_interval
 from posenc.evals.stats.verdict import EXTENDS, FAILS, FAR_OK, LOCAL, PPL_KEEP, borderline, classify
-from posenc.scheme.methods import METHODS
+from posenc.methods import METHODS
 
 L = 64
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,10 +16,10 @@ import posenc
 import posenc.hf
 from posenc import PositionScheme, attention
 from posenc._util import relative_error
+from posenc.methods import METHODS
 from posenc.models.cache import KVCache
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.retrieval import BlockRetrieval, duo_query_heads
-from posenc.scheme.methods import METHODS
 
 IMPLS = ("blockwise", "auto", "flex", "band", "sinks", "sdpa")
 
@@ -398,7 +398,7 @@ def test_hf_duo_calibrated_on_the_model_itself():
 def test_docs_conventions_table_is_the_registrys():
     from pathlib import Path
 
-    from posenc.scheme.conventions import conventions_table
+    from posenc.methods.conventions import conventions_table
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "conventions.md").read_text(encoding="utf-8")
     assert conventions_table() in page, "regenerate docs/guides/conventions.md's table: conventions_table()"

@@ -92,7 +92,7 @@ def alibi(run: Run) -> None:
 
 def remaps(run: Run) -> None:
     from posenc import PositionScheme, attention
-    from posenc.evals.lab.evaluate import length_defaults
+    from posenc.methods import length_defaults
 
     s = _sizes(run)
     q, k, v = _qkv(run, s["H"], s["Hk"], s["N"], s["D"])

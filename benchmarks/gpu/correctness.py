@@ -102,7 +102,7 @@ def cached_decode(run: Run) -> None:
     """Prefill ``N - 8`` tokens, then 8 single-token steps through transformers' cache, against the logits of
     one full forward, for each main method at 4x the trained length."""
     import posenc.hf
-    from posenc.evals.lab.evaluate import length_defaults
+    from posenc.methods import length_defaults
 
     dev = run.device
     train, N, steps = (64, 256, 8) if run.dry_run else (256, 1024, 8)

@@ -52,7 +52,7 @@ def build(shape: dict, run: Run):
 
 
 def _params(method: str, shape: dict, length: int) -> tuple[str, dict, bool | None]:
-    from posenc.evals.lab.evaluate import length_defaults
+    from posenc.methods import length_defaults
 
     spec, _, form = method.partition("@")
     if spec == "none":

@@ -1,4 +1,4 @@
-"""Pictures of the seed notes, drawn from :mod:`posenc.analysis` (matplotlib, Agg, no pyplot state).
+"""Pictures of RoPE's closed-form curves, drawn from :mod:`posenc.analysis` (matplotlib, Agg, no pyplot state).
 
 - :func:`plot_decay`: RoPE long-range decay (RoFormer bound + all-ones inner product) and the
   sinusoidal ``p_0 . p_r``.
@@ -60,8 +60,8 @@ def plot_decay(path, head_dim: int = 128, base: float = 10000.0, max_distance: i
 
 def _schedules(head_dim: int, base: float, train_len: int, factor: float):
     """(label, RopeFrequencies) for default, linear/PI, NTK-aware and YaRN at ``L_test = factor * L``."""
+    from posenc.methods import METHODS
     from posenc.parts.frequencies import rope_frequencies  # lazy: owned by another module
-    from posenc.scheme.methods import METHODS
 
     def scaled(method: str, **extra) -> dict:
         return {"rope_type": METHODS[method].scaling_type, "factor": factor, **extra}

@@ -1,4 +1,4 @@
-"""Analysis helpers: closed-form curves behind the pictures in the seed notes. Pure functions, float64.
+"""Analysis helpers: closed-form curves of RoPE (decay, rotations per dimension, ...). Pure functions, float64.
 
 - :func:`rope_decay_curve`: RoPE long-range decay (RoFormer, Su et al., arXiv 2104.09864, sec. 3.4.3).
 - :func:`sinusoidal_inner_product`: ``p_0 . p_r`` of the Vaswani table (arXiv 1706.03762).
@@ -99,8 +99,8 @@ def sinusoidal_inner_product(dim: int, max_distance: int, base: float = 10000.0)
     """``p_0 . p_r = sum_{i=0}^{dim/2-1} cos(r / base^(2i/dim))`` for ``r = 0..max_distance`` (float64).
 
     Vaswani et al. (arXiv 1706.03762) table ``p_r = [sin(r w_i), cos(r w_i)]``; ``sin a sin b + cos a cos b
-    = cos(a - b)``, so it depends only on ``r`` and equals ``dim/2`` at ``r = 0`` (seed 004's "long-range
-    decay" picture).
+    = cos(a - b)``, so it depends only on ``r`` and equals ``dim/2`` at ``r = 0`` (the "long-range decay"
+    picture).
     """
     dim = check_positive_int("dim", dim, minimum=2)
     if dim % 2:
@@ -147,7 +147,7 @@ def yarn_rotations(head_dim: int, base: float = 10000.0, train_len: int = 4096,
 
         r_i = L_train / lambda_i = L_train * theta_i / (2 pi),   lambda_i = 2 pi / theta_i (wavelength)
 
-    (seed 003 writes ``r_i = theta_i L_train / L_test``; the paper's ratio is ``L / lambda``.) Dimensions
+    (the paper's ratio is ``L / lambda``.) Dimensions
     with ``r_i > beta_fast`` have turned many times during training and are kept; ``r_i < beta_slow``
     are interpolated. ``gamma`` is the paper's ramp (:func:`yarn_ramp`). ``gamma_hf`` is what HF /
     the YaRN repo compute: ``low = floor(d_c(beta_fast))``, ``high = ceil(d_c(beta_slow))`` with

@@ -87,8 +87,8 @@ def _known(kind: str) -> list[str]:
         from posenc.hf.source import BUNDLED
 
         return sorted(BUNDLED)
+    from posenc.methods import HF_ONLY, METHODS
     from posenc.scheme.core import TRAINED
-    from posenc.scheme.methods import HF_ONLY, METHODS
 
     return sorted(METHODS) + sorted(HF_ONLY) + (sorted(TRAINED) if kind == "preset" else [])
 

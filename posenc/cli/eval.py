@@ -112,9 +112,9 @@ def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict, dty
     progress bar, reported like a run folder."""
     from tqdm.auto import tqdm
 
-    from posenc.evals.lab.evaluate import method_params
     from posenc.evals.pretrained import evaluate_hf
     from posenc.hf.source import load_tokenizer
+    from posenc.methods import method_params
 
     text = _text(args)
     tok = load_tokenizer(args.model)
@@ -132,7 +132,8 @@ def _evaluate_hf(args: argparse.Namespace, methods: list[str], params: dict, dty
 
 def run(args: argparse.Namespace) -> int:
     from posenc._util import check_positive_int
-    from posenc.evals.lab.evaluate import check_eval_args, check_method_params, evaluate_checkpoint, format_table
+    from posenc.evals.lab.evaluate import check_eval_args, evaluate_checkpoint, format_table
+    from posenc.methods import check_method_params
 
     lines_file = _old_spellings(args)
     if not args.model:
@@ -166,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                                       passkey=args.passkey, progress=not args.quiet, device=args.device,
                                       params=params, seed=args.seed)
     else:
-        from posenc.scheme.methods import is_identity
+        from posenc.methods import is_identity
 
         records = _evaluate_hf(args, ["none"] + [m for m in methods if not is_identity(m)], params, dtype)
     print(format_table(records))
@@ -179,7 +180,7 @@ def _refused_rows(records: list[dict]) -> int:
     with the reasons on stderr: a refused method is not a silent success; 0 otherwise."""
     import sys
 
-    from posenc.scheme.methods import is_identity
+    from posenc.methods import is_identity
 
     missed = [r for r in records if r["status"] != "ok" and not is_identity(r["method"])]
     if not missed:

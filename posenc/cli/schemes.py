@@ -24,8 +24,8 @@ def add_parser(sub) -> None:
 
 def _listing() -> list[str]:
     """Trained-in presets, then every method of the registry with its kind, paper and parameters."""
+    from posenc.methods import HF_ONLY, METHODS, TRAINED_METHODS
     from posenc.scheme.core import TRAINED
-    from posenc.scheme.methods import HF_ONLY, METHODS, TRAINED_METHODS
 
     out = ["trained-in presets (posenc schemes NAME [--train-len L]):"]
     for name, (_, desc) in TRAINED.items():
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.train_len is not None:
         params["train_len"] = args.train_len
     elif args.name not in TRAINED:
-        from posenc.scheme.methods import parse_methods
+        from posenc.methods import parse_methods
 
         try:
             parse_methods(args.name, identity=False)

@@ -84,8 +84,8 @@ def add_parser(sub) -> None:
 
 def _scheme(args: argparse.Namespace, params: dict) -> tuple[str | dict, dict]:
     """``(TrainConfig.scheme, TrainConfig.scheme_params)`` from --scheme, --method, --init and the parameters."""
+    from posenc.methods import parse_methods
     from posenc.scheme.core import PositionScheme
-    from posenc.scheme.methods import parse_methods
 
     scheme = args.scheme
     if scheme is not None and scheme.endswith(".json") and Path(scheme).is_file():

@@ -51,7 +51,7 @@ def record_calls(calls: list):
 def _streaming_parts(parts: AttentionParts, n_sinks: int, window: int) -> AttentionParts:
     """The call's scheme with every head streaming (sinks + window)."""
     scheme = parts.scheme
-    if scheme.remap is not None and scheme.remap.kind != "duo":
+    if scheme.remap is not None and not parts.remap.calibrated:
         raise ValueError(f"calibrate_duo needs layers without a position remap (or with 'duo'); this layer has "
                          f"{scheme.remap.kind!r}")
     heads = list(range(parts.n_heads))
@@ -63,7 +63,7 @@ def head_deviation(call, n_kv_heads: int, scale, n_sinks: int, window: int) -> t
     """``(squared deviation, squared norm)`` per key/value head ``[Hk]`` of one call: full attention (its own
     scheme, every head retrieving) against every head streaming, summed over the real queries."""
     parts = call.parts
-    if parts.remap.reads_content and parts.scheme.remap.kind == "duo":  # a duo layer: calibrate it as all-full
+    if parts.remap.calibrated:  # a duo layer: calibrate it as all-full
         parts = AttentionParts(replace(parts.scheme, remap=None), parts.n_heads, parts.head_dim)
     stream = _streaming_parts(parts, n_sinks, window)
     args = dict(q_pos=call.q_pos, k_pos=call.k_pos, impl="blockwise", scale=scale, key_mask=call.key_mask)

@@ -24,9 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from posenc.evals.lab.evaluate import check_method_params, method_params
 from posenc.evals.records import EvalRecord
-from posenc.scheme.methods import parse_methods
+from posenc.methods import check_method_params, method_params, parse_methods
 
 __all__ = ["evaluate_hf", "target_losses", "window_ends"]
 

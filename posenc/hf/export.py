@@ -50,10 +50,10 @@ from pathlib import Path
 
 import torch
 
+from posenc.methods import hf_methods
 from posenc.models.tinylm import LMConfig, RMSNorm, TinyLM
 from posenc.parts.masks import MaskSpec
 from posenc.scheme.core import PositionScheme
-from posenc.scheme.methods import hf_methods
 
 __all__ = ["byte_tokenizer", "check_exportable", "export", "hf_tokenizer", "llama_config", "llama_state_dict",
            "to_llama"]

@@ -1,64 +1,25 @@
-"""Extend the context of a Hugging Face RoPE model with any posenc inference-time method.
+"""Extend the context of a Hugging Face RoPE model with any posenc inference-time method: :func:`extend`,
+:func:`unextend`, :func:`save`, :func:`load`, and the scheme a config describes (:func:`scheme_from_config`).
 
-``extend(model, method, **params)`` works on Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma2 (its sliding
-window layers included), Phi-3, GPT-NeoX (partial rotary) and any model with their attention layout
-(``XxxRotaryEmbedding`` module producing ``(cos, sin)`` or complex ``freqs_cis``, attention modules that
-call the function named by ``config._attn_implementation`` with ``(module, query, key, value,
-attention_mask, scaling=...)``); also on rope parameters per layer type (Gemma 3: by default the method
-applies to the global layer types that have RoPE, ``full_attention``; Beam, whose global layers are NoPE:
-its RoPE sliding layers; ``layer_types=`` chooses), Mistral 3's ``llama_4_scaling_beta``,
-hybrid models (only the attention layers; linear-attention/recurrent layers and their caches are left
-alone), Llama 4 (NoPE layers, chunked attention, temperature tuning), MLA (DeepSeek V2/V3 and their
-derivatives) and DeepSeek sparse attention (DeepSeek V3.2, GLM-MoE-DSA, A.X-K2: :mod:`posenc.hf.sparse`).
-The per-layer rules and the refused families are in :mod:`posenc.hf.layers`; the registered functions in
-:mod:`posenc.hf.attention`.
+Two paths, chosen by the method's record (:attr:`posenc.methods.Method.hf_native`):
 
-Two paths:
+- *transformers' own* (the records with ``hf_native``, unless ``native=False``): the schedule is written into
+  ``config.rope_parameters``, ``max_position_embeddings`` becomes the trained length x ``factor`` (not for dynamic
+  NTK, which transformers reads as the trained length) and every rotary module is rebuilt from it: exactly
+  transformers' behaviour, and a saved model loads with plain transformers, vLLM or a llama.cpp conversion.
+- *posenc's engine* (every other method, ``"a+b"`` compositions, and the native ones with ``native=False``): the
+  rotary modules return the identity rotation (q and k reach attention and the cache un-rotated, so a remap or a
+  dynamic schedule rotates each key for the query that reads it), an attention function ``"posenc"`` runs
+  :func:`posenc.engine.run_attention` with each layer's parts, and a mask function ``"posenc"`` hands it each key's
+  original position (``-1`` for padding). Switching such a model to another attention implementation is refused
+  on its next forward (it would run without positions); :func:`unextend` removes the extension.
 
-*transformers' own* (``linear``/``pi``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``): the method is
-written into ``config.rope_parameters`` (transformers 5.x), ``max_position_embeddings`` becomes the trained
-length x ``factor`` (not for dynamic NTK, which transformers reads it as the trained length for), and every
-rotary embedding module is rebuilt from it, so the behaviour is exactly transformers' (and a saved model
-loads with plain transformers, vLLM, or a llama.cpp conversion).
-
-*posenc's engine* (every other method: ntk, ntk_mixed, dynamic_ntk, dynamic_ntk_qwen, dynamic_yarn,
-rerope, leaky_rerope, selfextend, logn, sliding_window, lm_infinite, streaming_llm, bca, pcw, "a+b"
-combinations, and the methods above with ``native=False``). What is replaced in transformers, and why:
-
-1. the rotary embedding modules return the identity rotation (cos = 1, sin = 0; a forward hook), so
-   q and k reach attention *un-rotated* and the HF KV cache stores un-rotated keys. Remaps (ReRoPE,
-   SelfExtend, ...) need to rotate keys by a position that depends on the query; dynamic schedules
-   need keys rotated with the schedule of the current query. Rotating at read time also fixes HF's
-   stale-base dynamic NTK (cached keys keep the base they were rotated with; here they never are).
-2. an attention function ``"posenc"`` is registered with ``transformers.AttentionInterface`` and
-   selected with ``model.set_attn_implementation("posenc")``; it calls
-   :func:`posenc.engine.run_attention` with an ``AttentionParts`` built once per layer. Switching an
-   extended model to another implementation (``set_attn_implementation("sdpa")``,
-   ``config._attn_implementation = "eager"``) would run it with un-rotated q and k, i.e. without positions:
-   the rotary hook checks the implementation on every forward and raises a ``ValueError`` naming the method,
-   how to switch back and :func:`unextend`, which removes the extension.
-3. a mask function ``"posenc"`` is registered with ``transformers.AttentionMaskInterface``: instead of
-   a 4-D float mask it hands the attention function the *original position of every key*
-   (``[B, Nk]`` long, ``-1`` for padding), counted over the real tokens of the 2-D attention mask
-   (as ``generate()`` counts ``position_ids``). Queries are the last ``Nq`` keys. So left-padded
-   batches, the KV cache and Gemma2/Mistral sliding-window cache layers all get true positions.
-
-Gemma 2's attention-logit soft-capping is passed to the engine (``PositionScheme.softcap``).
-Limits of the posenc path: static caches (``cache_implementation="static"``) are not supported
-(their unfilled slots follow the queries); on a layer with its own sliding window (Gemma2, Mistral)
-the tighter of the two windows applies, and attention sinks (streaming_llm, lm_infinite) of a wider
-method window are evicted by HF's sliding cache layer during cached decoding; attention dropout is
-ignored (inference-time methods).
-
-:func:`save` writes a model extended on posenc's engine in a form plain transformers refuses and its
-custom-code mechanism loads extended (:mod:`posenc.hf.saved`); :func:`load` reads both forms.
-
-The scheme is built from the config (:func:`scheme_from_config`): ``rope_parameters`` (``rope_theta``,
-``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``, an existing scaling), half layout (interleaved for
-complex rotary), and ``original_max_position_embeddings`` or ``max_position_embeddings`` as ``train_len``
-(``attention_window_size`` for local-attention-only models without either: RecurrentGemma).
-On a partial-rotary layer the schedule's attention factor (YaRN's mscale) scales only the rotated dims,
-as transformers' ``cos * factor, sin * factor`` does.
+Everything is validated before anything changes, and the model gets its own copy of its config. Refused: a model
+without RoPE, one posenc already extended, a family whose attention posenc cannot reproduce
+(:mod:`posenc.hf.layers`), bad parameters. Limits of the engine path: no static caches; on a layer with its own
+sliding window the tighter window applies and a wider method window's sinks are evicted by transformers' sliding
+cache layer; attention dropout is ignored. Which families work, the per-layer rules and how a model is saved:
+``docs/guides/hf.md``.
 """
 
 from __future__ import annotations
@@ -84,11 +45,11 @@ from posenc.hf.layers import (
     target_types,
     uses_rope,
 )
+from posenc.methods import Method, hf_methods, parse_methods, split_spec
 from posenc.scheme.core import PositionScheme, RopeSpec
-from posenc.scheme.methods import Method, hf_methods, parse_methods, split_spec
 
 # method name -> transformers rope_type, for the methods extend() hands to transformers' own code
-# (derived from the registry, posenc.scheme.methods: records with hf_native)
+# (derived from the registry, posenc.methods: records with hf_native)
 HF_NATIVE = {name: m.hf_rope_type for name, m in hf_methods().items() if m.hf_native}
 __all__ = ["ATTN_NAME", "HF_NATIVE", "extend", "layer_window", "load", "posenc_scheme", "save", "scheme_from_config",
            "train_len_of", "unextend"]
@@ -374,7 +335,7 @@ def default_dynamic_step(train_len: int) -> int:
     """The step a dynamic schedule (dynamic NTK, dynamic YaRN, Qwen's dynamic NTK) gets through :func:`extend`
     when none is given: ``train_len // 16`` (512 on a model trained at 8192), at least 1.
 
-    Why: with ``step=1`` (the exact per-token form, :func:`posenc.scheme.methods._dynamic`) every query past the
+    Why: with ``step=1`` (the exact per-token form, :func:`posenc.methods._dynamic`) every query past the
     trained length has its own schedule, so the engine runs one attention call per query position and layer:
     on SmolLM2 one layer at 16k took more than 9 minutes. With the step, queries ``ceil((m + 1) / step) * step``
     apart share one schedule, one call per ``step`` queries; a query's schedule is that of a length at most

@@ -22,6 +22,8 @@ from posenc._util import as_positions, check_even_int, check_finite, check_posit
 
 __all__ = [
     "EMBEDDINGS",
+    "has_table",
+    "table_reach",
     "ComplexOrderEmbedding",
     "FloaterEmbedding",
     "HierarchicalEmbedding",
@@ -47,7 +49,7 @@ def sinusoidal_encoding(positions: torch.Tensor, dim: int, base: float = 10000.0
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Sinusoidal encoding of any (integer or real) ``positions [...]`` -> ``[..., dim]``.
 
-    Vaswani et al., arXiv 1706.03762, interleaved as in the seed notes:
+    Vaswani et al., arXiv 1706.03762, interleaved:
     ``PE(t, 2i) = sin(t / base^(2i/d))``, ``PE(t, 2i+1) = cos(t / base^(2i/d))``.
     Angles in float64, result cast to ``dtype``.
     """
@@ -132,6 +134,11 @@ class LearnedEmbedding(PositionEmbedding):
     shares the parameter name ``table`` and extends to ``max_positions ** 2``.
     """
 
+    @staticmethod
+    def reach(table_size: int) -> int:
+        """Positions a table of ``table_size`` rows addresses."""
+        return table_size
+
     def __init__(self, dim: int, max_positions: int, init_std: float = 0.02):
         super().__init__()
         self.dim = check_positive_int("dim", dim)
@@ -148,7 +155,7 @@ class LearnedEmbedding(PositionEmbedding):
 
 
 class HierarchicalEmbedding(PositionEmbedding):
-    """Hierarchical decomposition of a learned table (Su, kexue.fm/archives/7947; seed note 003).
+    """Hierarchical decomposition of a learned table (Su, kexue.fm/archives/7947).
 
     From the trained ``table`` ``p_0 .. p_{n-1}`` (``n`` = ``table_size``):
     ``u_i = (p_i - alpha p_0) / (1 - alpha)`` and ``q_{i n + j} = alpha u_i + (1 - alpha) u_j`` for
@@ -158,6 +165,11 @@ class HierarchicalEmbedding(PositionEmbedding):
     unchanged. The constructor's ``max_positions`` is the table size ``n``; the attribute ``max_positions``
     is the extended range ``n^2``. The blog uses ``alpha = 0.4``.
     """
+
+    @staticmethod
+    def reach(table_size: int) -> int:
+        """Positions a table of ``table_size`` rows addresses: its square."""
+        return table_size ** 2
 
     def __init__(self, dim: int, max_positions: int, alpha: float = 0.4, init_std: float = 0.02):
         super().__init__()
@@ -215,7 +227,7 @@ class FloaterEmbedding(PositionEmbedding):
 
     Extends to any length (the ODE is simply integrated further), so ``max_positions`` is ``None``; the
     constructor's ``max_positions`` (the training length) is only recorded as ``train_positions``.
-    The paper injects FLOATER in every layer; here it is the input embedding only (as in the seed note).
+    The paper injects FLOATER in every layer; here it is the input embedding only.
     """
 
     METHODS = ("rk4", "dopri5")
@@ -321,6 +333,16 @@ EMBEDDINGS: dict[str, type[PositionEmbedding]] = {
 }
 
 _COMMON_KWARGS = ("dim", "max_positions", "vocab_size")
+
+
+def has_table(name: str) -> bool:
+    """Whether embedding ``name`` reads a learned table (its size is the scheme's ``max_positions`` or train_len)."""
+    return hasattr(EMBEDDINGS.get(name), "reach")
+
+
+def table_reach(name: str, table_size: int) -> int | None:
+    """Positions embedding ``name`` addresses with a table of ``table_size`` rows (None: no table, or any position)."""
+    return EMBEDDINGS[name].reach(table_size) if has_table(name) and table_size else None
 
 
 def build_embedding(name: str, *, dim: int | None = None, max_positions: int | None = None,

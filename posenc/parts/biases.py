@@ -198,7 +198,7 @@ class ALiBiBias(ScoreBias):
     query (only reachable without a causal mask) is also penalised (``-slope * (kp - qp)``), the
     symmetric form used for encoders. Under the causal mask both are identical. BLOOM adds
     ``+slope * kp`` instead, which equals this up to a per-row constant (softmax-invariant) when the
-    query sees keys 0..qp. The bias is not scaled by 1/sqrt(d) (seed 000 note; BLOOM/fairseq).
+    query sees keys 0..qp. The bias is not scaled by 1/sqrt(d) (as BLOOM and fairseq add it).
     """
 
     translation_invariant = True
@@ -320,7 +320,7 @@ class SandwichBias(ScoreBias):
     decay). Frequencies start at ``i = 1`` (as in the paper's sum and NeMo's implementation, unlike
     the Vaswani table's ``i = 0``). ``lam=None`` uses the per-head scaling of the reference code,
     ``lam_h = H / (8 h)`` for heads ``h = 1..H`` (NeMo divides by ``8h/H``, mimicking ALiBi's spread of
-    slopes); a float gives one lambda for all heads (the seed's hyper-parameter form, seed 003), a
+    slopes); a float gives one lambda for all heads (the paper's hyper-parameter form), a
     sequence one per head. Angles in float64, result float32; the sum is unrolled over the d'/2
     Python-float frequencies so ``score`` stays pointwise (no reduction) inside ``score_mod``.
     """

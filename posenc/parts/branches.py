@@ -55,6 +55,9 @@ class Remap:
     selects_far_only: bool = False
     #: multiplies every logit (STRING's attention factor squared); 1 for the others
     logit_scale: float = 1.0
+    #: True when the remap's choice of heads comes from a calibration on the model (DuoAttention's streaming heads,
+    #: :func:`posenc.evals.calibrate.calibrate_duo`), which then reads every head of such a layer as retrieving
+    calibrated: bool = False
 
     def branches(self) -> list[Branch]:
         return [Branch()]

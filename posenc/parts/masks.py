@@ -10,7 +10,7 @@ Masks compose by conjunction (:class:`MaskSpec` holds the parts a scheme switche
 
 Papers:
 - causal: Vaswani et al. 2017 (arXiv 1706.03762).
-- sliding window: Beltagy et al., Longformer (arXiv 2004.05150); seed 000 notes it alone fails.
+- sliding window: Beltagy et al., Longformer (arXiv 2004.05150); alone it does not extrapolate.
 - Lambda-shape (n_global first tokens + local window): LM-Infinite, Han et al. (arXiv 2308.16137).
 - attention sinks + recent window: StreamingLLM, Xiao et al. (arXiv 2309.17453).
 - blockwise causal attention (BCA): xPos / LEX, Sun et al. (arXiv 2212.10554), block = L_train / 2:

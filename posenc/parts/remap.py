@@ -12,7 +12,7 @@ With d = qp - kp >= 0 (causal), the relative positions are:
 remap              relative position seen                            paper / reference
 =================  ================================================  ==============================
 ReRoPE(w)          d if d < w else w                                 Su 2023, kexue.fm/archives/9708
-LeakyReRoPE(w, k)  d if d < w else w + (d - w) / k                   same (seed 000's matrix)
+LeakyReRoPE(w, k)  d if d < w else w + (d - w) / k                   same
 SelfExtend(G, W)   d if d < W else qp//G - kp//G + W - W//G          Jin et al. arXiv 2401.01325
 DistanceCeiling(C) min(d, C)  (LM-Infinite's distance ceiling)       Han et al. arXiv 2308.16137
 StreamingReindex   sinks at min(qp, n_sinks + window - 1) - kp       Xiao et al. arXiv 2309.17453
@@ -157,8 +157,8 @@ class SelfExtend(Remap):
 
 @dataclass(frozen=True)
 class DistanceCeiling(Remap):
-    """LM-Infinite's distance ceiling: relative position min(d, ceiling) (seed 001:
-    d' = min(d, L_pretrain)). The same rotation as ReRoPE with window = ceiling."""
+    """LM-Infinite's distance ceiling: relative position ``min(d, ceiling)`` (the paper's ``d' = min(d, L_pretrain)``).
+    The same rotation as ReRoPE with window = ceiling."""
 
     ceiling: int = 512
     name = "ceiling"

@@ -156,6 +156,8 @@ class DuoHeads(Remap):
     synthetic passkey data, ``duo_attn/train.py``). The original keeps a smaller cache for the streaming heads;
     posenc's cache is per layer, so it keeps every key and the split saves compute, not memory."""
 
+    calibrated = True
+
     streaming: tuple = ()
     n_sinks: int = 4
     window: int = 256

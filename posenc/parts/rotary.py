@@ -11,7 +11,7 @@ the number of rotated pairs (= len(inv_freq)).
 Layouts (which features form a rotated pair):
 
 * ``"half"``: pair ``(i, i + R/2)``; Llama / GPT-NeoX / Hugging Face ``rotate_half``.
-* ``"interleaved"``: pair ``(2i, 2i + 1)``; RoFormer, GPT-J, the seed notes, ``rotary-embedding-torch``.
+* ``"interleaved"``: pair ``(2i, 2i + 1)``; RoFormer, GPT-J, ``rotary-embedding-torch``.
 
 Both rotate pair ``i`` by ``+position * inv_freq[i]`` (``a' = a cos - b sin``, ``b' = b cos + a sin``, where
 ``a`` is the first member of the pair). With ``rotary_dim < D`` (partial rotary, GPT-NeoX/GPT-J) only the

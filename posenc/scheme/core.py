@@ -36,8 +36,8 @@ Two kinds of presets:
   keeps the model's base, layout and train length and changes only what the method changes.
   ``PositionScheme.preset("yarn", factor=4, train_len=512)`` is the same applied to a default RoPE
   scheme. Methods compose with ``+``: ``scheme.extend("rerope+logn")``, ``"ntk_mixed+logn"``.
-  Each method is a record of :data:`posenc.scheme.methods.METHODS` (what it sets, its parameters,
-  paper, evaluation defaults, Hugging Face type); :func:`posenc.scheme.methods.parse_methods` reads ``"a+b"``.
+  Each method is a record of :data:`posenc.methods.METHODS` (what it sets, its parameters,
+  paper, evaluation defaults, Hugging Face type); :func:`posenc.methods.parse_methods` reads ``"a+b"``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from posenc._util import check_finite, check_positive_int
+from posenc.methods import METHODS, TRAINED_METHODS, UnknownMethodError, parse_methods, split_spec
 from posenc.parts.masks import MaskSpec
-from posenc.scheme.methods import METHODS, TRAINED_METHODS, UnknownMethodError, parse_methods, split_spec
 from posenc.scheme.part import Part, _check_keys, _check_params
 
 
@@ -248,12 +248,9 @@ class PositionScheme:
     @property
     def max_positions(self) -> int | None:
         """Longest sequence the embedding can address (a learned table), else None."""
-        if self.embedding.kind == "learned":
-            return int(self.embedding.params.get("max_positions", self.train_len or 0)) or None
-        if self.embedding.kind == "hierarchical":
-            n = int(self.embedding.params.get("max_positions", self.train_len or 0))
-            return n * n if n else None
-        return None
+        from posenc.parts.absolute import table_reach
+
+        return table_reach(self.embedding.kind, int(self.embedding.params.get("max_positions", self.train_len or 0)))
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
@@ -413,13 +410,16 @@ def _xpos(train_len=None, base=10000.0, scale_base=512):
 
 def _embedding(kind):
     def make(train_len=None, **params):
-        if kind in ("learned", "hierarchical"):
+        from posenc.parts.absolute import has_table
+
+        if has_table(kind):
             if train_len is None and "max_positions" not in params:
                 raise ValueError(f"preset {kind!r} needs train_len (the size of its learned table)")
             size = params.get("max_positions", train_len)
             params["max_positions"] = check_positive_int(f"{kind}.max_positions", size)
-        if kind == "hierarchical" and "alpha" in params:  # the method's range, now rather than when a model is built
-            params["alpha"] = METHODS[kind].param("alpha").checked(kind, params["alpha"])
+        record = METHODS.get(kind)  # a preset that is also a method (hierarchical): its ranges, now
+        for key in [k for k in params if record is not None and record.param(k) is not None]:
+            params[key] = record.param(key).checked(kind, params[key])
         return PositionScheme(name=kind, embedding=Part(kind, params), train_len=train_len)
 
     return make
@@ -548,7 +548,7 @@ TRAINED: dict[str, tuple[Callable[..., PositionScheme], str]] = {
 
 
 def _from_record(m):
-    """A trained-in preset from its :data:`~posenc.scheme.methods.TRAINED_METHODS` record: the record's
+    """A trained-in preset from its :data:`~posenc.methods.TRAINED_METHODS` record: the record's
     part on its ``base_preset``."""
 
     def make(train_len=None, **params):

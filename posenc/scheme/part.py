@@ -1,5 +1,5 @@
 """``Part``: a registry-backed part of a scheme (a kind name and its constructor parameters), and the
-checks of JSON-like configs that :mod:`posenc.scheme.core` and :mod:`posenc.scheme.methods` share."""
+checks of JSON-like configs that :mod:`posenc.scheme.core` and :mod:`posenc.methods` share."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from posenc.scheme.methods import parse_methods
+from posenc.methods import parse_methods
 
 __all__ = ["check_pattern", "choose_layers", "extend_pattern"]
 

@@ -49,12 +49,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posenc._util import check_device
+from posenc.methods import parse_methods
 from posenc.models import checkpoint as ckpt
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.runtime.interrupt import StopSignals
 from posenc.runtime.lock import FolderLock
 from posenc.scheme.core import PositionScheme
-from posenc.scheme.methods import parse_methods
 
 log = logging.getLogger("posenc")
 # TrainConfig fields that do not change the trained parameters (may differ when resuming / reusing).

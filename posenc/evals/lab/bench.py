@@ -53,10 +53,10 @@ from posenc.evals.lab.training import (  # noqa: F401 - re-exported: the bench's
 from posenc.evals.records import EvalRecord, RetrievalRecord
 from posenc.evals.report.lab import markdown_tables, shape_checks, write_report
 from posenc.evals.report.retrieval import ppl_vs_retrieval_table, retrieval_checks
+from posenc.methods import NONE, is_identity
 from posenc.runtime.atomic import atomic_write_json, remove_stale_temps
 from posenc.runtime.interrupt import StopSignals
 from posenc.runtime.lock import FolderLock
-from posenc.scheme.methods import NONE, is_identity
 
 __all__ = ["BenchPreset", "FineTune", "PRESETS", "ROPE_METHODS", "run_bench", "scheme_spec", "yarn_schedule"]
 

@@ -2,7 +2,7 @@
 its own scheme and under inference-time extension methods.
 
 :func:`length_defaults` picks per-length defaults for each method (the records'
-:meth:`posenc.scheme.methods.Method.length_defaults`: the factor of PI / NTK / YaRN, windows of ReRoPE
+:meth:`posenc.methods.Method.length_defaults`: the factor of PI / NTK / YaRN, windows of ReRoPE
 and the masks, SelfExtend's group ...), so that
 ``posenc eval run/ --lengths 128 512 --methods pi ntk yarn rerope`` needs no hand tuning.
 :func:`evaluate_model` returns one :class:`posenc.evals.records.EvalRecord` row (as its ``to_dict()``) per
@@ -24,70 +24,24 @@ from posenc._util import check_device, check_positive_int
 from posenc.data.batches import EVAL_MODES
 from posenc.evals.lab.metrics import evaluate_lm
 from posenc.evals.records import EvalRecord
+from posenc.methods import (
+    METHODS,
+    NONE,
+    check_method_params,
+    is_identity,
+    length_defaults,
+    method_params,
+    parse_methods,
+)
 from posenc.models.tinylm import TinyLM
-from posenc.scheme.methods import METHODS, NONE, is_identity, parse_methods
 
 PASSKEY_DEPTHS = (0.1, 0.5, 0.9)
 
 
-def length_defaults(method: str, train_len: int, eval_len: int, *, head_dim: int | None = None,
-                  base: float = 10000.0, hf: bool = False) -> dict:
-    """Per-length defaults for an inference-time method, from its record in
-    :data:`posenc.scheme.METHODS` (``"a+b"`` merges, the first method's value wins
-    on a shared key, as ``PositionScheme.extend`` routes a parameter to the first method accepting it).
-
-    - ``pi``/``ntk``/``ntk_mixed``/``yarn``/``llama3``: ``factor = max(1, eval_len / train_len)``;
-    - ``rerope``: ``window = train_len // 2``;
-    - ``leaky_rerope``: ``window = train_len // 4`` and the smallest ``factor`` with
-      ``w + (eval_len - 1 - w) / factor <= train_len - 1`` and ``window * (factor - 1)`` an integer;
-    - ``selfextend``: ``window = train_len // 2`` and the smallest ``group`` keeping grouped positions
-      below ``train_len``;
-    - ``rope_base``: ``base * (eval_len / train_len) ^ (d / (d - 2))`` (NTK-aware rule; needs ``head_dim`` d);
-    - ``sliding_window``/``lm_infinite``: ``window = train_len`` (LM-Infinite: ``ceiling = train_len``,
-      10 global tokens); ``streaming_llm``: 4 sinks + ``train_len - 4`` recent; ``bca``:
-      ``block = train_len // 2``; ``pcw``: windows of ``train_len``;
-    - dynamic schedules, ``logn``, ``hierarchical``, ``none``: no parameters.
-
-    ``hf``: also the methods only a Hugging Face model takes (``longrope``), as :func:`parse_methods` reads them.
-    """
-    out: dict = {}
-    for m in parse_methods(method, hf=hf):
-        for k, v in m.length_defaults(train_len, eval_len, head_dim, base).items():
-            out.setdefault(k, v)
-    return out
 
 
-def method_params(method: str, params: dict | None, *, hf: bool = False) -> dict:
-    """The part of ``params`` that the methods of ``method`` (``"a+b"``) take (all of them for a method that
-    transformers alone runs, ``hf=True``: transformers validates its rope parameters)."""
-    methods = parse_methods(method, hf=hf)
-    if hf and len(methods) == 1 and methods[0].hf_native:
-        return dict(params or {})
-    accepted = {k for m in methods for k in m.param_names}
-    return {k: v for k, v in (params or {}).items() if k in accepted}
 
 
-def check_method_params(methods: Sequence[str], params: dict | None, *, hf: bool = False) -> None:
-    """``ValueError`` for a parameter that none of ``methods`` takes (it would be ignored), naming the
-    parameters each method takes; nothing to check without ``params``."""
-    if not params:
-        return
-    real = []
-    for m in methods:
-        try:
-            if not all(r.is_identity for r in parse_methods(m, hf=hf)):
-                real.append(m)
-        except ValueError:
-            continue  # an unknown name is reported where it is used (an error record, or check_eval_args)
-    if not real:
-        raise ValueError(f"method parameters {sorted(params)} were given but no method takes them: name the "
-                         f"methods (e.g. --methods yarn)")
-    used = set().union(*(method_params(m, params, hf=hf) for m in real))
-    unused = sorted(set(params) - used)
-    if unused:
-        takes = {m: sorted({k for r in parse_methods(m, hf=hf) for k in r.param_names}) for m in real}
-        raise ValueError(f"parameter(s) {unused} are taken by none of the methods {real} (each takes: {takes}); "
-                         f"they would be ignored")
 
 
 def model_variant(model: TinyLM, method: str, eval_len: int, params: dict | None = None) -> tuple[TinyLM, dict]:

@@ -3,7 +3,7 @@
 A report row is a trained scheme, or an inference-time method applied to one. Its family comes from the
 registries, not from a list of names:
 
-- a method row: the :class:`~posenc.scheme.records.Method` records of its composition (``kind``:
+- a method row: the :class:`~posenc.methods.records.Method` records of its composition (``kind``:
   ``frequencies``/``base``/``logn`` -> RoPE + frequency methods, ``remap`` -> position remaps, ``mask`` -> masks /
   windows, ``embedding`` -> trained-in absolute); in a composition the most specific part wins (a mask over a
   remap over a frequency change: ``rerope+logn`` is a remap);
@@ -19,7 +19,7 @@ from __future__ import annotations
 import colorsys
 from collections.abc import Iterable
 
-from posenc.scheme.methods import UnknownMethodError, is_identity, parse_methods
+from posenc.methods import UnknownMethodError, is_identity, parse_methods
 
 __all__ = ["FAMILIES", "family", "family_of_method", "family_of_scheme", "palette"]
 

@@ -26,7 +26,7 @@ from posenc.evals.report.families import FAMILIES, palette
 from posenc.evals.stats.intervals import Interval, separated
 from posenc.evals.stats.pooling import far_interval, method_key, ratio_interval
 from posenc.evals.stats.verdict import FAILS, FAR_OK, PPL_KEEP, VERDICTS, borderline, classify, thresholds_text
-from posenc.scheme.methods import is_identity
+from posenc.methods import is_identity
 
 __all__ = ["HEADLINE_TASKS", "TASK_LABELS", "TASK_SHORT", "HeadlineRow", "baseline_checks", "headline",
            "headline_markdown", "plot_headline"]

@@ -40,8 +40,8 @@ from posenc.evals.report.families import palette
 from posenc.evals.report.headline import TASK_LABELS, baseline_checks, headline_markdown, plot_headline
 from posenc.evals.report.retrieval import plot_retrieval, retrieval_checks
 from posenc.evals.stats.pooling import pool_records, pool_retrieval
+from posenc.methods import is_identity
 from posenc.runtime.atomic import atomic_write_text
-from posenc.scheme.methods import is_identity
 
 __all__ = ["REQUIRED_KEYS", "is_trained", "row_label", "rows", "markdown_tables", "shape_checks",
            "plot_ppl", "plot_accuracy", "plot_passkey", "render_markdown", "render_html", "write_report"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from posenc._figures import new_figure, save_png
 from posenc.evals.stats.pooling import pool_records, pool_retrieval
 from posenc.evals.stats.verdict import EXTENDS, FAR_OK, LOCAL, classify
-from posenc.scheme.methods import UnknownMethodError, is_identity, parse_methods
+from posenc.methods import UnknownMethodError, is_identity, parse_methods
 
 __all__ = ["FAR_FACTOR", "cells", "far_near", "plot_retrieval", "ppl_vs_retrieval_table", "retrieval_checks"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posenc._figures import new_figure, save_png
-from posenc.scheme.methods import is_identity
+from posenc.methods import is_identity
 from posenc.tasks.ruler import QUERY_KINDS, RETRIEVAL_KINDS
 
 __all__ = ["README_MARKS", "Table", "readme_block", "render_html", "render_markdown", "write_report"]
@@ -285,7 +285,7 @@ def verdict(results: dict, method: str) -> str:
 
 def _verdict(results: dict, by: dict, method: str) -> str:
     """:func:`verdict` on the ``(method, length) -> record`` map ``by`` already built from ``results``."""
-    from posenc.scheme.methods import is_identity
+    from posenc.methods import is_identity
 
     train, ref = results["meta"]["train_len"], results.get("reference", {})
     if is_identity(method):

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 
 from posenc.evals.stats.intervals import Interval, ppl_interval, wilson
-from posenc.scheme.methods import is_identity
+from posenc.methods import is_identity
 
 __all__ = ["far_interval", "method_key", "pool_records", "pool_retrieval", "ratio_interval", "seed_of", "successes"]
 

@@ -5,7 +5,7 @@ lengths, the methods (the untouched model is always the first row), the contexts
 haystack and the task generators hidden in it, with a number of seeds) and how effective length is judged.
 
 Each method gets, at each length ``n``, the parameters a user would set to read ``n`` tokens with a model trained
-at ``L``: :func:`posenc.evals.lab.evaluate.length_defaults` from the method's registry record (``factor = n / L``,
+at ``L``: :func:`posenc.methods.length_defaults` from the method's registry record (``factor = n / L``,
 SelfExtend's smallest group keeping positions below ``L``, DCA's chunk ``3L/4`` and local window ``L/16``, the
 windows at ``L``; documented per method by ``posenc schemes``), plus the preset's fixed ``params``.
 

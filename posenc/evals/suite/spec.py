@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["ContextSpec", "ModelFacts", "SUITE_VERSION", "SuitePreset", "cell_key", "load_facts", "method_params",
-           "method_spec", "plan", "runs_on"]
+           "plan", "runs_on"]
 
 SUITE_VERSION = 1
 """Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
@@ -70,7 +70,7 @@ class SuitePreset:
     compare_to: tuple[str, ...] = ()
 
     def __post_init__(self):
-        from posenc.scheme.methods import is_identity
+        from posenc.methods import is_identity
 
         if not self.methods or not is_identity(self.methods[0]):
             raise ValueError(f"a suite's first method must be 'none' (the untouched model), got {self.methods[:1]}")
@@ -88,17 +88,10 @@ class SuitePreset:
         return asdict(self)
 
 
-def method_spec(label: str) -> str:
-    """The method spec of a row label: ``"dca@qwen"`` is ``dca`` with the fixed parameters the preset gives the
-    label ``dca@qwen`` (two rows of one method with different parameters); a label without ``@`` is the spec."""
-    return label.split("@", 1)[0]
-
-
 def method_params(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> dict:
-    """The parameters row ``method`` (a label, :func:`method_spec`) runs with at ``length``: the per-length
-    defaults of its spec, then the preset's fixed ones for the label."""
-    from posenc.evals.lab.evaluate import length_defaults
-    from posenc.scheme.methods import is_identity
+    """The parameters row ``method`` (a label, :func:`posenc.methods.method_spec`) runs with at ``length``: the
+    per-length defaults of its spec, then the preset's fixed ones for the label."""
+    from posenc.methods import is_identity, length_defaults, method_spec
 
     spec = method_spec(method)
     if is_identity(spec):
@@ -157,6 +150,7 @@ class ModelFacts:
     def fresh(self, method: str, params: dict):
         """A fresh copy of the model (:meth:`load`) extended with row ``method`` (a label)."""
         from posenc.hf.patch import extend
+        from posenc.methods import method_spec
 
         return extend(self.load(), method_spec(method), **params)  # "none": the model as it is
 

@@ -49,9 +49,10 @@ def initial_factors(rule: str, factor: float, head_dim: int, base: float, train_
     head_dim = check_positive_int("head_dim", head_dim, minimum=4)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even, got {head_dim}")
+    from posenc.methods import METHODS
     from posenc.parts.frequencies import default_inv_freq, rope_frequencies
 
-    rope_type = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}[rule]
+    rope_type = METHODS[rule].scaling_type  # the schedule the method writes (PI: "linear")
     scaling = {"rope_type": rope_type, "factor": float(factor), "original_max_position_embeddings": int(train_len)}
     inv = rope_frequencies(head_dim, float(base), scaling).inv_freq.double().numpy()
     lam = default_inv_freq(head_dim, float(base)).double().numpy() / inv  # theta_i / theta_i'

@@ -6,7 +6,7 @@
 1. the untouched model (the reference row), then a grid over the methods and their parameters
    (:func:`method_candidates`: every method's defaults first, then, in turn, each parameter of the method's
    per-length defaults
-   :func:`posenc.evals.lab.evaluate.length_defaults`, and a few multiples of it: YaRN's and PI's factor, SelfExtend's
+   :func:`posenc.methods.length_defaults`, and a few multiples of it: YaRN's and PI's factor, SelfExtend's
    group and window, DCA's chunk, ...);
 2. with the rest of the budget, LongRoPE's evolutionary search of per-dimension factors
    (:func:`posenc.evals.tune.factors.evolve`), initialised from PI, NTK and YaRN, with the monotonicity constraint;
@@ -44,7 +44,7 @@ def method_candidates(methods, train_len: int, length: int, head_dim: int, base:
     """``(method, params)`` for each method of ``methods`` and each combination of its per-length defaults times
     the multiples of ``_VARY`` (integers rounded; duplicates dropped). Every method's defaults come first, then the
     variations, one method's at a time in turn, so a budget that ends inside the grid has tried every method."""
-    from posenc.evals.lab.evaluate import length_defaults
+    from posenc.methods import length_defaults
 
     per_method: list[list[tuple[str, dict]]] = []
     for m in methods:
@@ -92,7 +92,7 @@ def _short(params: dict) -> str:
 
 
 def _is_native(method: str) -> bool:
-    from posenc.scheme.methods import parse_methods
+    from posenc.methods import parse_methods
 
     recs = parse_methods(method, hf=True)
     return len(recs) == 1 and bool(recs[0].hf_native)
@@ -105,7 +105,7 @@ def save_winner(objective, rows: list[dict], out: Path) -> dict:
     import torch
 
     from posenc.hf.patch import extend, load, save
-    from posenc.scheme.methods import is_identity
+    from posenc.methods import is_identity
 
     best = rows[0]
     if is_identity(best["method"]):
@@ -186,9 +186,9 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
     from posenc._util import check_positive_int
     from posenc.evals.tune.factors import INIT_RULES, evolve, initial_factors
     from posenc.evals.tune.objective import DEFAULT_CONTEXTS, TuneObjective
+    from posenc.methods import NONE
     from posenc.runtime.atomic import atomic_write_json, atomic_write_text
     from posenc.runtime.lock import FolderLock
-    from posenc.scheme.methods import NONE
 
     budget = check_positive_int("budget", budget)
     out = Path(out)

@@ -1,5 +1,6 @@
-"""The records of the method registry: :class:`Param` (one parameter) and :class:`Method` (one method). The
-registry itself, how each method applies and the ``"a+b"`` parser are in :mod:`posenc.scheme.methods`."""
+"""The records of the method registry: :class:`Param` (one parameter) and :class:`Method` (one method), both
+built with keyword arguments only. The registry and the ``"a+b"`` parser are :mod:`posenc.methods.registry`; each
+family's records and how they apply are the other modules of :mod:`posenc.methods`."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ Scheme = Any  # a posenc.scheme.core.PositionScheme
 
 def _is_heads(value) -> bool:
     """A list of distinct head indices (integers >= 0)."""
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value) and len(set(value)) == len(value)
+    return (
+        isinstance(value, (list, tuple))
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)
+        and len(set(value)) == len(value)
+    )
 
 
 # ===================================================================== records
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Param:
     """One parameter of a method. ``default`` is the value used when it is not given; when that is not a
     constant, ``rule`` says how it is chosen (``"required"``, ``"train_len // 2"``, ...) and
@@ -41,6 +45,7 @@ class Param:
     choices: tuple | None = None  # a value among these names (not a number)
     heads: bool = False  # a list of head indices, or one such list per layer
     original: str = ""  # the original implementation's parameter this one maps to (docs/guides/conventions.md)
+    calibration: str = ""  # the procedure that finds its value on a model ("calibrate" in a suite preset)
 
     @property
     def required(self) -> bool:
@@ -55,8 +60,9 @@ class Param:
         if self.choices is not None:
             return isinstance(value, str) and value in self.choices
         if self.heads:
-            return _is_heads(value) or (isinstance(value, (list, tuple)) and bool(value)
-                                        and all(_is_heads(v) for v in value))
+            return _is_heads(value) or (
+                isinstance(value, (list, tuple)) and bool(value) and all(_is_heads(v) for v in value)
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return isinstance(value, bool) and self.minimum is None and self.maximum is None
         if not math.isfinite(value) or self.integer and not float(value).is_integer():
@@ -72,8 +78,15 @@ class Param:
             return self.default_for(train_len)
         if not self.contains(value):
             rng = self.range_text().replace(", ", " and ")
-            rng = (f"one of {list(self.choices)}" if self.choices is not None else "true or false"
-                   if rng == "true/false" else f"an {rng}" if self.integer else rng)
+            rng = (
+                f"one of {list(self.choices)}"
+                if self.choices is not None
+                else "true or false"
+                if rng == "true/false"
+                else f"an {rng}"
+                if self.integer
+                else rng
+            )
             raise ValueError(f"{method}.{self.name} must be {rng}, got {value!r}")
         return int(value) if self.integer else value
 
@@ -102,7 +115,7 @@ class Param:
 LengthDefaults = Callable[[int, int, "int | None", float], dict]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Method:
     """One method (see the module docstring): inference-time in :data:`METHODS`, trained-in in
     :data:`TRAINED_METHODS`."""
@@ -141,10 +154,11 @@ class Method:
         """The defaults the method writes into the scheme (``train_len`` for the length-derived ones)."""
         return {p.name: p.default_for(train_len) for p in self.params if p.filled}
 
-    def length_defaults(self, train_len: int, eval_len: int, head_dim: int | None = None,
-                        base: float = 10000.0) -> dict:
+    def length_defaults(
+        self, train_len: int, eval_len: int, head_dim: int | None = None, base: float = 10000.0
+    ) -> dict:
         """Parameters to evaluate at ``eval_len`` a model trained at ``train_len`` (see
-        :func:`posenc.evals.lab.evaluate.length_defaults`)."""
+        :func:`posenc.methods.length_defaults`)."""
         return {} if self.eval_defaults is None else self.eval_defaults(train_len, eval_len, head_dim, base)
 
     def build(self, scheme: Scheme, **params) -> Scheme:

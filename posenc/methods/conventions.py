@@ -5,7 +5,7 @@ it), and ``posenc schemes`` prints the same mapping after each parameter (``Para
 
 from __future__ import annotations
 
-from posenc.scheme.methods import METHODS
+from posenc.methods import METHODS
 
 __all__ = ["conventions", "conventions_table"]
 
