@@ -136,11 +136,16 @@ def test_no_tracker_references_in_code():
     assert not offenders, "\n".join(offenders)
 
 
+MODULE_BACKSTOP, FUNCTION_BACKSTOP = 1000, 120  # lines: far past one idea; the rule is one idea per module
+
+
 def test_module_and_function_sizes():
-    """No module over 600 lines, no function over 80: past that a file holds more than one idea."""
+    """The rule is one idea per module (docs/architecture.md, "Rooms"); these backstops catch a module or function
+    that has grown far past one idea, not a file that should be squeezed under a number."""
     long_modules = [f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in SOURCES
-                    if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600]
+                    if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_BACKSTOP]
     long_functions = [f"{p.relative_to(PACKAGE.parent)}:{f.lineno} {f.name}: {f.end_lineno - f.lineno + 1} lines"
                       for p in SOURCES for f in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.end_lineno - f.lineno + 1 > 80]
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and f.end_lineno - f.lineno + 1 > FUNCTION_BACKSTOP]
     assert not long_modules + long_functions, "\n".join(long_modules + long_functions)
