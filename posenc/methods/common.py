@@ -88,8 +88,9 @@ def identity(m: Method, scheme):
     return scheme
 
 
-def factor_param(rule: str = "required", **kw) -> Param:
-    return Param(name="factor", rule=rule, minimum=1.0, **kw)
+def factor_param(rule: str = "required", required: bool = True, **kw) -> Param:
+    """The ``factor`` of a frequency schedule (>= 1); required unless ``required=False``."""
+    return Param(name="factor", rule=rule, minimum=1.0, required=required, **kw)
 
 
 def window_param(rule: str, fn: Callable[[int], int], filled: bool = False, original: str = "") -> Param:

@@ -46,10 +46,7 @@ class Param:
     heads: bool = False  # a list of head indices, or one such list per layer
     original: str = ""  # the original implementation's parameter this one maps to (docs/guides/conventions.md)
     calibration: str = ""  # the procedure that finds its value on a model ("calibrate" in a suite preset)
-
-    @property
-    def required(self) -> bool:
-        return self.rule.startswith("required")
+    required: bool = False  # no default: the method refuses to apply without it (``rule`` says what to give)
 
     def default_for(self, train_len: int):
         """The default at ``train_len`` (None: required, or applied by the part)."""
