@@ -5,6 +5,7 @@ attention engine that executes any scheme (reference / blockwise / FlexAttention
 cache that is right under every method, and a lab (``posenc bench``) that measures them.
 """
 
+from posenc import _moved
 from posenc._version import __version__ as __version__
 from posenc.engine import PositionalAttention, attention
 from posenc.models.tinylm import LMConfig, TinyLM
@@ -35,6 +36,9 @@ __all__ = [
     "t5_relative_bucket",
     "xpos_scale",
 ]
+
+
+_moved.install()  # old import paths of moved modules: one more release, one FutureWarning
 
 
 def __getattr__(name):  # lazy: generation pulls in the cache machinery

@@ -16,7 +16,7 @@ ARGPARSE_USE = re.compile(r"\bargparse\b|\.add_argument\(|\.add_parser\(|\badd_s
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 # posenc/__init__.py is the public facade over all of them and is checked apart.
 LAYERS = (
-    ("posenc._util", "posenc._figures", "posenc._version", "posenc.runtime"),
+    ("posenc._util", "posenc._figures", "posenc._version", "posenc._moved", "posenc.runtime"),
     ("posenc.data",),
     ("posenc.tasks",),
     ("posenc.parts",),
@@ -149,3 +149,28 @@ def test_module_and_function_sizes():
                       if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                       and f.end_lineno - f.lineno + 1 > FUNCTION_BACKSTOP]
     assert not long_modules + long_functions, "\n".join(long_modules + long_functions)
+
+
+def test_old_import_paths_are_the_moved_modules_for_one_release():
+    """A module that moved (``posenc._moved.MOVED``) still imports under its old path, as the same module object, with
+    a FutureWarning naming the new path; an old package finds each of its old modules; no posenc module imports an
+    old path."""
+    import importlib
+    import sys
+    import warnings
+
+    from posenc._moved import MOVED, PACKAGES
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)  # imported by an earlier iteration: import it afresh, so it warns again
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = importlib.import_module(old)
+        if old not in PACKAGES:
+            assert got is importlib.import_module(new), old
+        said = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+        assert any(f"{old} moved to {new}" in m for m in said), (old, said)
+    lab = importlib.import_module("posenc.lab")
+    assert lab.checkpoint is importlib.import_module("posenc.models.checkpoint")
+    old_users = {m: sorted(i for i in GRAPH[m] if i in MOVED) for m in MODULES}
+    assert not {m: u for m, u in old_users.items() if u}, old_users
