@@ -151,7 +151,7 @@ def test_hf_rope_types_are_transformers_ones():
 
 # ===================================================================== no name comparisons elsewhere
 PACKAGE = Path(posenc.__file__).resolve().parent
-ALLOWED = set((PACKAGE / "methods").glob("*.py")) | set((PACKAGE / "parts").glob("*.py"))
+ALLOWED = set((PACKAGE / "methods").glob("*.py"))  # the registry: nothing else compares a method name
 # "default" (NONE's alias) is left out: it is also transformers' rope_type for plain RoPE, compared in hf/patch.py
 NAMES = set(hf_methods()) | {NONE.name}
 
