@@ -19,7 +19,7 @@ from posenc.parts.remap import REMAPS
 from posenc.scheme import PositionScheme
 
 PAPER = re.compile(r"^(arXiv:\d{4}\.\d{4,5}|https://\S+)$")
-KINDS = {"frequencies", "base", "remap", "logn", "mask", "embedding"}
+KINDS = {"frequencies", "base", "remap", "scale", "mask", "embedding"}
 SETS = {"rope.scaling", "rope.base", "remap", "logn", "mask", "embedding", "temperature"}
 L = 64
 

@@ -118,7 +118,7 @@ class Method:
     :data:`TRAINED_METHODS`."""
 
     name: str
-    kind: str  # "frequencies" | "base" | "remap" | "logn" | "mask" | "embedding" | "identity"; trained-in
+    kind: str  # "frequencies" | "base" | "remap" | "scale" | "mask" | "embedding" | "identity"; trained-in
     #            (TRAINED_METHODS): "bias" | "relative" | "gate"
     description: str
     paper: str  # "arXiv:NNNN.NNNNN", or the URL of the post that introduced it

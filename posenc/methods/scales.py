@@ -35,7 +35,7 @@ def _temperature_tuning(m: Method, scheme, attn_scale=None, floor_scale=None):
 RECORDS = (
     Method(
         name="logn",
-        kind="logn",
+        kind="scale",
         description="Su: q scaled by max(1, log_L n)",
         paper="https://kexue.fm/archives/8823",
         apply=_logn,
@@ -44,7 +44,7 @@ RECORDS = (
     ),
     Method(
         name="temperature_tuning",
-        kind="logn",
+        kind="scale",
         description="Llama 4: q x (1 + attn_scale log(floor((p+1)/floor_scale) + 1))",
         paper="arXiv:2501.19399",
         apply=_temperature_tuning,

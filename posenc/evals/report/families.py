@@ -32,7 +32,7 @@ FAMILIES: dict[str, tuple[float, float, float]] = {
     ROPE: (0.60, 0.80, 0.60), REMAP: (0.33, 0.75, 0.55), MASK: (0.07, 0.90, 0.58), ABSOLUTE: (0.14, 0.85, 0.40),
     BIAS: (0.77, 0.60, 0.62), RELATIVE: (0.90, 0.70, 0.60), FINETUNED: (0.50, 0.85, 0.42), NOPE: (0.0, 0.0, 0.45),
     OTHER: (0.03, 0.35, 0.50)}
-_KIND = {"frequencies": ROPE, "base": ROPE, "logn": ROPE, "remap": REMAP, "mask": MASK, "embedding": ABSOLUTE,
+_KIND = {"frequencies": ROPE, "base": ROPE, "scale": ROPE, "remap": REMAP, "mask": MASK, "embedding": ABSOLUTE,
          "bias": BIAS, "relative": RELATIVE, "gate": RELATIVE}
 _SPECIFIC = (MASK, REMAP, ABSOLUTE, BIAS, RELATIVE, ROPE)  # a composition takes the first of these it has
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
