@@ -19,12 +19,12 @@ StreamingReindex   sinks at min(qp, n_sinks + window - 1) - kp       Xiao et al.
 DualChunk(s, l)    three chunk branches, see :class:`DualChunk`      An et al. arXiv 2402.17463
 STRING(S, W)       d if d < S else d - S + W                         An et al. arXiv 2410.18745
 BlockRetrieval     ReRoPE(w) + sinks / remainder / top-k far blocks  Xiao et al. arXiv 2402.04617
-DuoHeads           per-head sinks + window on streaming heads        Xiao et al. arXiv 2410.10819
+DuoAttention           per-head sinks + window on streaming heads        Xiao et al. arXiv 2410.10819
 =================  ================================================  ==============================
 
 Two remaps choose keys from more than positions: :class:`~posenc.parts.retrieval.BlockRetrieval` (InfLLM:
 top-k blocks by the query's inner product with a block representative) and
-:class:`~posenc.parts.retrieval.DuoHeads` (DuoAttention: a mask per head). They declare
+:class:`~posenc.parts.retrieval.DuoAttention` (DuoAttention: a mask per head). They declare
 ``reads_content`` and implement :meth:`Remap.select`; only the backends that finish on a score tile
 (``reference``, ``blockwise``) run them.
 
@@ -50,7 +50,7 @@ import torch
 
 from posenc._util import check_finite, check_positive_int
 from posenc.parts.branches import Branch, Elementwise, Remap, far_band, near_band
-from posenc.parts.retrieval import BlockRetrieval, DuoHeads
+from posenc.parts.retrieval import BlockRetrieval, DuoAttention
 
 __all__ = ["REMAPS", "TEMPERATURES", "Branch", "Remap", "build_remap", "build_temperature", "logn_scale"]
 
@@ -244,7 +244,7 @@ class ParallelContextWindows(Remap):
 
 
 @dataclass(frozen=True)
-class ShiftedRoPE(Remap):
+class String(Remap):
     """STRING (An et al. 2024, "Why Does the Effective Context Length of LLMs Fall Short?", arXiv 2410.18745;
     HKUNLP/STRING ``string_for_llama.py``): the well-trained small positions overwrite the under-trained large
     ones *inside* the trained window. With ``shift`` S (the authors' ``shifted_offset``, 0.25-0.4 L) and
@@ -365,9 +365,9 @@ REMAPS: dict[str, type[Remap]] = {
     "streaming": StreamingReindex,
     "pcw": ParallelContextWindows,
     "dca": DualChunk,
-    "string": ShiftedRoPE,
+    "string": String,
     "retrieval": BlockRetrieval,
-    "duo": DuoHeads,
+    "duo": DuoAttention,
 }
 
 

@@ -142,7 +142,7 @@ class BlockRetrieval(Remap):
 
 
 @dataclass(frozen=True)
-class DuoHeads(Remap):
+class DuoAttention(Remap):
     """DuoAttention's split (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval
     and Streaming Heads", arXiv 2410.10819; mit-han-lab/duo-attention ``duo_attn/patch``): the query heads in
     ``streaming`` see only the ``n_sinks`` first keys and the ``window`` most recent ones (d < window, the
