@@ -21,9 +21,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from posenc.tasks.landmark import FILLER
+
 __all__ = ["HAYSTACKS", "Haystack", "MAX_CONTEXT", "NOISE_FILLER", "make_haystack"]
 
-NOISE_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+NOISE_FILLER = FILLER
 MAX_CONTEXT = 65536
 """The longest context a ``book`` haystack serves: every seed's target passage starts at or after this many
 tokens of text (:meth:`Haystack.window`)."""

@@ -32,8 +32,9 @@ import numpy as np
 import torch
 
 from posenc._util import check_finite, check_positive_int
+from posenc.tasks.landmark import FILLER, key_sentence
 
-PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_FILLER = FILLER
 PASSKEY_INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. "
                        "Find it and memorize them. I will quiz you about the important information there.")
 PASSKEY_QUESTION = "What is the pass key? The pass key is "
@@ -53,10 +54,6 @@ class PasskeyPrompt:
     prompt: list[int]
     answer: list[int]
     key_start: int
-
-
-def _key_line(passkey: str) -> str:
-    return f"The pass key is {passkey}. Remember it. {passkey} is the pass key."
 
 
 def _check_passkey(passkey) -> str:
@@ -94,7 +91,7 @@ def _build_passkey(length_tokens: int, depth: float, passkey, tokenizer, filler:
     bos_id = getattr(tokenizer, "bos_id", None) if bos else None
     head = [bos_id] if bos_id is not None else []
     head += tokenizer.encode(instruction + "\n") if instruction else []
-    key_ids = tokenizer.encode("\n" + _key_line(key) + "\n")
+    key_ids = tokenizer.encode("\n" + key_sentence(key) + "\n")
     tail = tokenizer.encode("\n" + PASSKEY_QUESTION)
     n_fill = length_tokens - len(head) - len(key_ids) - len(tail)
     if n_fill < 0:

@@ -32,6 +32,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from posenc.tasks.landmark import key_sentence
 from posenc.tasks.words import ADJECTIVES, NOUNS
 
 __all__ = ["GENERATORS", "KeyPool", "Needle", "QUERY_KINDS", "Query", "RETRIEVAL_KINDS", "TASK_HEADERS"]
@@ -150,7 +151,7 @@ def passkey(rng: random.Random, pool: KeyPool, depth: float | None = None):
         if not 0.0 <= depth <= 1.0:
             raise ValueError(f"passkey depth must be in [0, 1], got {depth!r}")
         where = float(depth)
-    needle = Needle(f" The pass key is {key}. Remember it. {key} is the pass key.", where, "passkey")
+    needle = Needle(" " + key_sentence(key), where, "passkey")
     return [needle], [Query("passkey", "What is the pass key?", "The pass key is", (key,), 0.0, 8, (0,))]
 
 
