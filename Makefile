@@ -34,7 +34,60 @@ lint: $(STAMP)
 # serves blocks above its mmap threshold (128 KiB) with fresh zero pages it does not perturb; raising the
 # threshold to 32 MiB puts the engine's tensors on the perturbed heap. On the code before the flex fix the
 # infini flex test failed in 10 of 10 fresh processes this way (NaN fill + MALLOC_PERTURB_ without it: 2 of 4; no guard: 3 of 4).
-ENGINE_TESTS := tests/test_attention.py tests/test_toeplitz.py tests/test_engine_inputs.py tests/test_engine_backends.py
+# ENGINE_TESTS: the engine's own tests and the tests that run a part or a method through its kernels (by file, or by
+# test where the file holds other tests too).
+ENGINE_TESTS := \
+	tests/engine/backends/test_band.py \
+	tests/engine/backends/test_blockwise.py \
+	tests/engine/backends/test_flex.py::test_flex_equals_reference \
+	tests/engine/backends/test_flex.py::test_flex_falls_back_for_multi_branch_and_grad \
+	tests/engine/backends/test_flex.py::test_block_mask_matches_dense \
+	tests/engine/backends/test_flex.py::test_flex_compile_says_so_once_per_shape \
+	tests/engine/backends/test_flex.py::test_flex_below_and_across_the_block_equals_reference \
+	tests/engine/backends/test_sdpa.py \
+	tests/engine/backends/test_sinks.py \
+	tests/engine/backends/test_toeplitz.py \
+	tests/engine/test_dispatch.py::test_dynamic_schedule_is_per_query \
+	tests/engine/test_dispatch.py::test_dynamic_step_recomputes_the_schedule_every_step_positions \
+	tests/engine/test_dispatch.py::test_ragged_positions_and_key_mask \
+	tests/engine/test_dispatch.py::test_gqa_equals_repeated_heads \
+	tests/engine/test_dispatch.py::test_bad_input_errors \
+	tests/engine/test_dispatch.py::test_every_backend_is_in_impls_and_selectable_by_name \
+	tests/engine/test_dispatch.py::test_why_not_says_why \
+	tests/engine/test_dispatch.py::test_auto_order_is_the_documented_one \
+	tests/engine/test_dispatch.py::test_choice \
+	tests/engine/test_dispatch.py::test_debug_log_names_the_backend_and_the_reasons \
+	tests/engine/test_dispatch.py::test_shape_errors \
+	tests/engine/test_dispatch.py::test_scale_must_be_finite_positive \
+	tests/engine/test_dispatch.py::test_key_mask_type_and_shape \
+	tests/engine/test_dispatch.py::test_unknown_impl \
+	tests/engine/test_dispatch.py::test_explicit_scale_equals_reference_on_every_path \
+	tests/engine/test_dispatch.py::test_nan_query_row_gives_nan_row_on_every_path \
+	tests/engine/test_dispatch.py::test_all_padding_row_gives_zero_on_every_path \
+	tests/engine/test_dispatch.py::test_eager_paths_equal_reference_on_awkward_shapes \
+	tests/engine/test_module.py::test_gradients_reach_learned_parts \
+	tests/engine/test_module.py::test_positional_attention_bad_dims \
+	tests/engine/test_module.py::test_positional_attention_bad_input \
+	tests/engine/test_rotation.py \
+	tests/engine/test_scores.py::test_softcap_equals_formula_on_every_path \
+	tests/engine/test_toeplitz.py \
+	tests/methods/test_registry.py::test_limits_equal_plain_rope \
+	tests/parts/test_biases.py::test_alibi_4x4_equals_formula \
+	tests/parts/test_biases.py::test_only_fire_depends_on_more_than_the_distance \
+	tests/parts/test_biases.py::test_translation_invariant_biases_have_a_distance_profile \
+	tests/parts/test_masks.py::test_bca_mask_hand_written \
+	tests/parts/test_masks.py::test_lambda_and_sink_masks_hand_written \
+	tests/parts/test_masks.py::test_key_intervals_cover_every_visible_key \
+	tests/parts/test_memory.py::test_infini_single_segment_is_gated_softmax \
+	tests/parts/test_memory.py::test_infini_memory_carries_across_segments \
+	tests/parts/test_memory.py::test_infini_refuses_padding_cache_and_context \
+	tests/parts/test_remap.py::test_rerope_equals_bojone_two_matrix \
+	tests/parts/test_remap.py::test_rerope_logn_equals_bojone \
+	tests/parts/test_remap.py::test_leaky_rerope_equals_bojone \
+	tests/parts/test_remap.py::test_selfextend_equals_longlm \
+	tests/parts/test_remap.py::test_pcw_mask_and_positions_hand_written \
+	tests/parts/test_remap.py::test_streaming_relative_positions_match_cache_slots \
+	tests/parts/test_remap.py::test_remap_capabilities_agree_with_the_methods
 NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554432
 
 # Two tiers (README "Testing"): `make test` is the default tier, everything not marked slow, plus the docs build;
@@ -49,7 +102,7 @@ test: $(STAMP) lint docs
 test-slow: $(STAMP)
 	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow --durations=25 tests
 
-# The documentation site (mkdocs.yml, docs/): warnings are errors; tests/test_docs.py runs its examples.
+# The documentation site (mkdocs.yml, docs/): warnings are errors; tests/repo/test_docs.py runs its examples.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet
 
@@ -57,7 +110,7 @@ docs: $(STAMP)
 # and cached decoding against the full forward; the CI run of the same tests is derandomized and short.
 fuzz: $(STAMP)
 	POSENC_HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -n 2 -q -p no:cacheprovider --hypothesis-show-statistics \
-		tests/test_fuzz_engine.py tests/test_fuzz_cache.py
+		tests/engine/test_dispatch_fuzz.py tests/models/test_cache_fuzz.py
 
 bench: $(STAMP)
 	$(VENV)/bin/posenc bench --preset $(PRESET) --out $(OUT)

@@ -10,7 +10,14 @@ engine tests a second time this way (with ``MALLOC_PERTURB_`` and a raised
 
 import os
 
+import pytest
 import torch
+
+from posenc.hf.source import load_source
+from posenc.models import checkpoint as ckpt
+from posenc.models.tinylm import LMConfig, TinyLM
+from posenc.scheme.core import PositionScheme
+from tests.support.corpus import write_corpus
 
 if os.environ.get("POSENC_NAN_FILL") == "1":
     # fill_uninitialized_memory only acts under deterministic algorithms; warn_only keeps ops that have
@@ -29,3 +36,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("compile") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny byte-level checkpoint (vocab 257) written the way `posenc train` writes one."""
+    torch.manual_seed(0)
+    cfg = LMConfig(vocab_size=257, dim=16, n_layers=1, n_heads=2, scheme=PositionScheme.preset("rope", train_len=16),
+                   train_len=16)
+    path = tmp_path_factory.mktemp("cli") / "run"
+    ckpt.save_checkpoint(path, TinyLM(cfg), cfg, {"step": 1, "finished": True},
+                         extra={"tokenizer": {"name": "byte", "bos": True}, "corpus": "stdlib"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def smol():
+    model, tok = load_source("smollm2")
+    return model, tok
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    return str(write_corpus(tmp_path / "tiny.txt"))

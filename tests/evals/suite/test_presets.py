@@ -1,0 +1,49 @@
+"""posenc.evals.suite.presets: every preset is valid and documented; the paired preset adds only new pass keys at
+16k to the full run's cells."""
+
+import pytest
+
+from posenc.evals.suite import SuitePreset
+
+
+def test_presets_are_valid_and_documented():
+    from posenc.evals.suite.presets import SUITE_PRESETS
+
+    short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
+    assert short.lengths == (8192, 16384) and full.lengths == (4096, 8192, 16384, 32768)
+    assert set(short.methods) <= set(full.methods)  # a full run holds every cell of the short one
+    assert full.reference_length == 8192 == short.reference_length  # SmolLM2's trained length
+    wanted = {"pi", "ntk", "ntk_mixed", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "rerope", "leaky_rerope",
+              "selfextend", "dca", "rerope+logn", "streaming_llm", "lm_infinite", "sliding_window"}
+    assert wanted <= set(full.methods) and full.methods[0] == "none"
+    kinds = {g for c in full.contexts for g in c.generators}
+    assert kinds == {"niah", "passkey", "mv", "vt", "cwe"}
+    for name, rows in (("smollm2_tune16k", {"longrope@tune16k", "longrope@engine16k"}),
+                       ("smollm2_tune32k", {"ntk@tune32k", "longrope@tune32k", "longrope@engine32k"})):
+        tuned = SUITE_PRESETS[name]  # shares smollm2_full's cells: same contexts, its rows but the tuned ones
+        assert tuned.contexts == full.contexts and set(tuned.methods) - set(full.methods) == rows
+    with pytest.raises(ValueError, match="first method"):
+        SuitePreset("x", "y", methods=("yarn",), contexts=short.contexts)
+    with pytest.raises(ValueError, match="reference_length"):
+        SuitePreset("x", "y", lengths=(1024,), reference_length=4096, contexts=short.contexts)
+
+
+def test_the_paired_preset_adds_only_new_pass_keys_at_16k_to_the_full_runs_cells():
+    """``smollm2_paired16k`` reads ``smollm2_full``'s cells: every cell they both plan has the same key (same
+    parameters per row), and what it adds is pass-key seeds 4-11 at 16k, none of which the full run has."""
+    from posenc.evals.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.spec import cell_key, method_params, plan
+
+    full, paired = SUITE_PRESETS["smollm2_full"], SUITE_PRESETS["smollm2_paired16k"]
+    assert set(paired.methods) <= set(full.methods) and set(paired.compare_to) <= set(paired.methods)
+
+    def keys(preset):  # cell key -> (length, seed) of the cells the preset plans for the paired rows
+        return {repr(cell_key("m", meth, method_params(meth, 8192, n, 64, 1e5, preset.params), n, spec, s, False)):
+                (n, s) for n, meth, spec, s in plan(preset) if meth in paired.methods and n in paired.lengths}
+
+    ours, theirs = keys(paired), keys(full)
+    added = [ours[k] for k in set(ours) - set(theirs)]
+    assert sorted(added) == sorted((16384, s) for s in range(4, 12) for _ in paired.methods)
+    assert set(theirs) <= set(ours)  # every full-run cell of these rows at 8k and 16k is one of the paired preset's
+    extra = paired.contexts[-1]
+    assert not extra.used_at(8192) and extra.used_at(16384) and extra.used_at(32768)

@@ -1,0 +1,88 @@
+"""posenc.evals.suite.results: paired differences between suite rows (the same queries of the same cells,
+Newcombe's paired interval, refused when two rows' cells do not hold the same contexts), and row labels holding
+an at sign."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from posenc.evals.stats.intervals import paired_difference
+from posenc.evals.suite import ContextSpec, SuitePreset
+from posenc.evals.suite.results import paired_differences
+from posenc.evals.suite.spec import cell_key, method_params
+
+L = 1024
+
+FACTS = SimpleNamespace(model_id="tiny", train_len=L, head_dim=16, base=10000.0, device="cpu", dtype="float32")
+
+CONTEXTS = (ContextSpec("book", ("niah",), seeds=1, target=8), ContextSpec("noise", ("passkey",), seeds=3))
+
+
+class Store(dict):
+    def get(self, key):
+        return super().get(repr(sorted(key.items())))
+
+    def put(self, key, value):
+        self[repr(sorted(key.items()))] = value
+
+
+def _preset(**kw):
+    return SuitePreset(**{**dict(name="t", description="t", model="tiny", lengths=(1024, 2048),
+                                 methods=("none", "yarn", "selfextend"), contexts=CONTEXTS, reference_length=1024,
+                                 compare_to=("selfextend",)), **kw})
+
+
+def _fill(preset, outcomes: dict, depth_of=lambda method, seed: 0.1 * seed):
+    """``outcomes[(method, length)]``: per pass-key seed, right or wrong; the book cell holds one uninformative
+    multi-key needle every row gets right."""
+    store = Store()
+    for (method, n), hits in outcomes.items():
+        params = method_params(method, L, n, FACTS.head_dim, FACTS.base, {})
+        book = {"answers": [{"kind": "niah_mk", "correct": True, "depth": 0.5, "distance": 9, "chance": 0.25}]}
+        store.put(cell_key("tiny", method, params, n, CONTEXTS[0], 0, False), book)
+        for s, hit in enumerate(hits):
+            ans = {"kind": "passkey", "correct": hit, "depth": depth_of(method, s), "distance": 9, "chance": 0.0}
+            store.put(cell_key("tiny", method, params, n, CONTEXTS[1], s, False), {"answers": [ans]})
+    return store
+
+
+def test_rows_are_compared_query_by_query_past_the_trained_length():
+    outcomes = {("none", 1024): [1, 1, 1], ("selfextend", 1024): [1, 1, 1], ("yarn", 1024): [1, 1, 1],
+                ("none", 2048): [0, 0, 0], ("selfextend", 2048): [1, 1, 0], ("yarn", 2048): [0, 1, 1]}
+    comps = paired_differences(_preset(), FACTS, _fill(_preset(), outcomes), ("passkey",))
+    assert [(c["length"], c["method"], c["versus"]) for c in comps] == [(2048, "none", "selfextend"),
+                                                                       (2048, "yarn", "selfextend")]
+    none, yarn = comps
+    # yarn against selfextend: equal totals (2 of 3 each) but not on the same queries: 1 win, 1 loss
+    assert (yarn["value"], yarn["wins"], yarn["losses"], yarn["n"]) == (0.0, 1, 1, 3)
+    assert (none["value"], none["wins"], none["losses"]) == (pytest.approx(-2 / 3), 0, 2)
+    ref = paired_difference([False] * 3, [True, True, False])
+    assert (none["lo"], none["hi"]) == pytest.approx((ref.lo, ref.hi))
+    # the book's multi-key needle is not an informative kind here: only the pass keys are paired
+    assert all(c["n"] == 3 for c in comps)
+    assert paired_differences(_preset(compare_to=()), FACTS, _fill(_preset(), outcomes), ("passkey",)) == []
+
+
+def test_only_queries_both_rows_answered_are_paired():
+    outcomes = {("none", 2048): [0, 0, 0], ("selfextend", 2048): [1, 1], ("yarn", 2048): [1]}
+    comps = {c["method"]: c for c in paired_differences(_preset(), FACTS, _fill(_preset(), outcomes), ("passkey",))}
+    assert comps["none"]["n"] == 2 and comps["yarn"]["n"] == 1 and comps["yarn"]["value"] == 0
+
+
+def test_cells_of_different_contexts_are_refused():
+    outcomes = {("none", 2048): [0, 0, 0], ("selfextend", 2048): [1, 1, 1]}
+    store = _fill(_preset(), outcomes, depth_of=lambda method, s: 0.1 * s + (0.05 if method == "none" else 0))
+    with pytest.raises(ValueError, match="different depths"):
+        paired_differences(_preset(), FACTS, store, ("passkey",))
+
+
+def test_compare_to_must_name_rows_of_the_preset():
+    with pytest.raises(ValueError, match="compare_to names rows"):
+        _preset(compare_to=("dca",))
+
+
+def test_a_row_label_holding_an_at_sign_keeps_its_lengths():
+    from posenc.evals.suite.results import _lengths_of
+
+    pairs = {"dca@qwen@32768": "pruned", "dca@16384": "pruned", "dca@qwen@16384": "pruned"}
+    assert _lengths_of("dca@qwen", pairs) == [16384, 32768] and _lengths_of("dca", pairs) == [16384]

@@ -1,0 +1,49 @@
+"""posenc.evals.tune.objective: the suite objective's contexts (a book one needed, a noise one adds retrieval and
+no loss)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.evals.tune.test_search import tiny  # noqa: F401 - fixtures
+
+N = 512
+
+
+def test_contexts_take_a_haystack_and_need_a_book_one():
+    from posenc.cli.tune import _context
+    from posenc.evals.tune.objective import DEFAULT_CONTEXTS, context_triples
+
+    assert context_triples([("passkey", 0), ("noise", "passkey", 1)]) == (("book", "passkey", 0),
+                                                                          ("noise", "passkey", 1))
+    assert DEFAULT_CONTEXTS == (("book", "passkey", 0), ("noise", "passkey", 0))
+    with pytest.raises(ValueError, match="need a book context"):
+        context_triples([("noise", "passkey", 0)])
+    with pytest.raises(ValueError, match="haystack one of"):
+        context_triples([("web", "passkey", 0)])
+    assert _context("noise:passkey:1") == ("noise", "passkey", 1)
+    assert _context("niah:2") == ("book", "niah", 2) and _context("passkey") == ("book", "passkey", 0)
+    assert _context("book:niah") == ("book", "niah", 0)
+    import argparse
+
+    for bad in ("noise:passkey:x", "a:b:c:d", ":1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="HAYSTACK"):
+            _context(bad)
+
+
+def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):  # noqa: F811 - the fixture
+    """The default contexts: a book pass key (its target passage is the loss, with a t interval over its 64-token
+    blocks) and a noise pass key (retrieval only); two book contexts: the interval is over the contexts."""
+    from posenc.evals.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells", target=128)
+    row = obj.evaluate("yarn", {"factor": 2.0})
+    book, noise = (obj.store.get(obj.key("yarn", {"factor": 2.0}, *c)) for c in obj.contexts)
+    assert noise["loss"] is None and noise["block_losses"] is None and len(noise["answers"]) == 1
+    assert len(book["block_losses"]) == 2 and row["loss"] == pytest.approx(book["loss"])
+    assert row["loss_over"] == "blocks" and row["loss_lo"] < row["loss"] < row["loss_hi"]
+    assert row["queries"] == 2 and row["contexts"] == 2 and obj.forwards == 2
+    two = TuneObjective(str(tiny), N, tmp_path / "cells", contexts=(("passkey", 0), ("passkey", 1)), target=128)
+    r2 = two.evaluate("yarn", {"factor": 2.0})
+    assert two.forwards == 1  # the book pass key 0 cell is shared with the first objective
+    assert r2["loss_over"] == "contexts" and r2["loss_lo"] is not None

@@ -1,0 +1,186 @@
+"""posenc.evals.tune.search: ``posenc tune`` ranks, saves and resumes; the saved winner (plain transformers without
+posenc and GGUF for a native method, posenc's extension with the reason for an engine one); a lab run as the
+model."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from posenc.evals.tune.factors import initial_factors, is_monotone
+from posenc.evals.tune.gguf_rope import read_rope_gguf
+from posenc.evals.tune.search import method_candidates, save_winner, tune
+
+L = 256
+
+N = 512
+
+D = 16  # head_dim of the tiny model
+
+
+def test_method_candidates_vary_the_per_length_defaults():
+    cands = method_candidates(("yarn", "selfextend"), L, N, D, 10000.0)
+    yarn = [p for m, p in cands if m == "yarn"]
+    assert yarn[0]["factor"] == 2.0 and {p["factor"] for p in yarn} == {2.0, 3.0}
+    se = [p for m, p in cands if m == "selfextend"]
+    assert se[0] == {"group": 4, "window": L // 2} or se[0]["window"] == L // 2
+    assert {(p["group"], p["window"]) for p in se} >= {(se[0]["group"], L // 2), (2 * se[0]["group"], L // 4)}
+    assert len(cands) == len({json.dumps(c, sort_keys=True) for c in cands})
+    # every method's defaults first, then the variations in turn: a budget ending in the grid tried every method
+    assert [m for m, _ in cands[:2]] == ["yarn", "selfextend"] and cands[2][0] == "yarn" and cands[3][0] == "selfextend"
+    five = method_candidates(("pi", "ntk", "yarn", "selfextend", "dca"), L, N, D, 10000.0)
+    assert [m for m, _ in five[:5]] == ["pi", "ntk", "yarn", "selfextend", "dca"]
+
+
+# ------------------------------------------------------------------------------------------------ tiny model
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from posenc.hf.export import byte_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=260, max_position_embeddings=L)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_tune_ranks_saves_and_resumes(tiny, tmp_path):
+    kw = dict(budget=8, methods=("yarn", "selfextend"), contexts=(("passkey", 0),), target=32, progress=False,
+              log=lambda m: None, population=3)
+    res = tune(tiny, N, tmp_path, **kw)
+    rows = res["rows"]
+    assert res["meta"]["forwards_run"] == 8 == len(rows)  # one context: one prefill per candidate
+    assert [r["score"] for r in rows] == sorted(r["score"] for r in rows) and res["winner"] == rows[0]
+    methods = [r["method"] for r in rows]
+    assert "none" in methods and "longrope" in methods and "yarn" in methods
+    for r in rows:
+        assert r["score"] == pytest.approx(r["loss"] + 1.0 * (1 - r["retrieval"]))
+        assert r["retrieval_lo"] <= r["retrieval"] <= r["retrieval_hi"]
+    for r in rows:
+        if r["method"] == "longrope":
+            assert is_monotone(r["params"]["long_factor"], 2 * N / L)
+    for r in rows:  # one book context: the loss interval is over its target's 64-token blocks
+        assert r["loss_over"] == "blocks" and r["loss_lo"] is None  # 32 target tokens: one block, no interval
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["rows"] == json.loads(json.dumps(rows))
+    assert "Recommendation" in (tmp_path / "report.md").read_text()
+    again = tune(tiny, N, tmp_path, **kw)  # resumed: every cell is read back
+    assert again["meta"]["forwards_run"] == 0 and again["rows"] == json.loads(json.dumps(rows))
+    with pytest.raises(ValueError, match="length must be >"):
+        tune(tiny, L, tmp_path / "short", **kw)
+
+
+_PLAIN = """
+import json, sys, torch, transformers
+m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+ids = torch.tensor([json.loads(sys.argv[2])])
+print(json.dumps({"posenc": any(k.startswith("posenc") for k in sys.modules),
+                  "logits": m(input_ids=ids).logits[0, -1, :8].tolist(), "rope": m.config.rope_parameters}))
+"""
+
+
+def _plain_load(folder, ids):
+    """Load ``folder`` with plain transformers in a fresh interpreter (posenc never imported)."""
+    out = subprocess.run([sys.executable, "-c", _PLAIN, str(folder), json.dumps(ids)], capture_output=True, text=True,
+                         timeout=1800)  # a fresh interpreter imports torch + transformers: minutes on a loaded CPU
+    return out
+
+
+def _row(method, params, score):
+    return {"method": method, "params": params, "score": score, "loss": score, "ppl": math.exp(score),
+            "retrieval": 0.0, "queries": 1}
+
+
+def test_native_winner_loads_in_plain_transformers_and_as_gguf(tiny, tmp_path):
+    from posenc.evals.tune.objective import TuneObjective
+    from posenc.hf.patch import extend, load
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells")
+    lam = initial_factors("yarn", N / L, D, 10000.0, L)
+    lam[-1] = lam[-1] * 1.5  # a searched vector, not a rule
+    params = {"short_factor": [1.0] * (D // 2), "long_factor": lam.tolist(), "factor": N / L}
+    saved = save_winner(obj, [_row("longrope", params, 1.0), _row("selfextend", {"group": 4, "window": 128}, 2.0)],
+                        tmp_path)
+    assert saved["form"] == "native"
+    cfg = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "longrope" and "posenc" not in cfg
+    ids = [3 + i % 250 for i in range(N - 8)]  # token ids inside the tiny vocabulary (260)
+    got = _plain_load(tmp_path / "model", ids)
+    assert got.returncode == 0, got.stderr[-2000:]
+    plain = json.loads(got.stdout.strip().splitlines()[-1])
+    assert plain["posenc"] is False and plain["rope"]["long_factor"] == pytest.approx(lam.tolist())
+    ref = extend(load(tiny, dtype=torch.float32), "longrope", **params).eval()
+    with torch.no_grad():
+        want = ref(input_ids=torch.tensor([ids])).logits[0, -1, :8]
+    torch.testing.assert_close(torch.tensor(plain["logits"]), want, rtol=1e-4, atol=1e-4)
+    back = read_rope_gguf(saved["gguf"])
+    assert back["arch"] == "llama" and back["original_context_length"] == L and back["head_dim"] == D
+    assert back["factor"] == pytest.approx(N / L) and back["rope_theta"] == pytest.approx(10000.0)
+    np.testing.assert_allclose(back["long_factor"], lam, rtol=1e-6)
+    assert back["short_factor"] == [1.0] * (D // 2)
+    assert back["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(N / L) / math.log(L)), rel=1e-6)
+
+
+def test_engine_winner_is_saved_as_posencs_extension_with_the_reason(tiny, tmp_path):
+    from posenc.evals.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells")
+    rows = [_row("selfextend", {"group": 4, "window": 128}, 1.0), _row("yarn", {"factor": 2.0}, 1.5)]
+    saved = save_winner(obj, rows, tmp_path)
+    assert saved["form"] == "engine" and saved["gguf"] is None
+    assert "yarn" in saved["reason"] and "1.500" in saved["reason"] and "1.000" in saved["reason"]
+    assert _plain_load(tmp_path / "model", [1, 2, 3]).returncode != 0  # plain transformers refuses the wrapper
+    none = save_winner(obj, [_row("none", {}, 1.0)], tmp_path / "n")
+    assert none["form"] == "none" and not (tmp_path / "n" / "model").exists()
+
+
+def _lab_run(path, scheme="rope", seed=0):
+    """A tiny byte-level run folder, written the way `posenc train` writes one."""
+    from posenc.models import checkpoint as ckpt
+    from posenc.models.tinylm import LMConfig, TinyLM
+    from posenc.scheme import PositionScheme
+
+    torch.manual_seed(seed)
+    cfg = LMConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, scheme=PositionScheme.preset(scheme, train_len=L),
+                   train_len=L)
+    model = TinyLM(cfg)
+    ckpt.save_checkpoint(path, model, cfg, {"step": 1, "finished": True},
+                         extra={"tokenizer": {"name": "byte", "bos": True}, "corpus": "stdlib"})
+    return model
+
+
+def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, monkeypatch):
+    """A run folder of `posenc train` is a model to tune: exported once into the cache as a Llama folder with the
+    run's byte tokenizer (same logits as the lab model), re-exported only when its weights change; a scheme Llama
+    cannot hold is refused by name."""
+    from posenc.hf.source import source_folder
+
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    model = _lab_run(tmp_path / "run")
+    folder = source_folder(tmp_path / "run")
+    assert folder.name.startswith("run-run-") and source_folder(tmp_path / "run") == folder
+    llama = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([[256, 10, 20, 30, 40]])
+    with torch.no_grad():
+        torch.testing.assert_close(llama(input_ids=ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    assert tok.encode("ab", add_special_tokens=False) == [97, 98]
+    res = tune(tmp_path / "run", 2 * L, tmp_path / "t", budget=2, methods=("yarn",), longrope=False,
+               contexts=(("passkey", 0),), target=32, progress=False, log=lambda m: None)
+    assert [r["method"] for r in sorted(res["rows"], key=lambda r: r["method"])] == ["none", "yarn"]
+    assert res["meta"]["model_id"].startswith("run-run-") and res["meta"]["train_len"] == L
+    _lab_run(tmp_path / "run", seed=1)  # trained further: other weights, another export
+    again = source_folder(tmp_path / "run")
+    assert again != folder and again.name.startswith("run-run-") and folder.is_dir()
+    _lab_run(tmp_path / "alibi", scheme="alibi")
+    with pytest.raises(ValueError, match="alibi|ALiBi|bias"):
+        source_folder(tmp_path / "alibi")

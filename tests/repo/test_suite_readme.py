@@ -1,0 +1,68 @@
+"""The real-model results page's tables (docs/results/smollm2.md, moved there from the README) are the committed
+suite results, rendered (no number typed by hand), and the README's summary of the full run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from posenc.evals.report.suite import README_MARKS, readme_block
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PAGE = (ROOT / "docs" / "results" / "smollm2.md").read_text(encoding="utf-8")
+
+RUNS = sorted(set(re.findall(r"<!-- suite:([\w-]+):begin -->", PAGE)))
+
+
+def test_the_results_page_holds_the_short_real_model_run():
+    assert "suite-smollm2" in RUNS
+
+
+def _marked(text: str, marks: tuple[str, str], name: str) -> str:
+    begin, end = (m.format(name=name) for m in marks)
+    return text[text.index(begin):text.index(end) + len(end)]
+
+
+def _results(name: str) -> dict:
+    return json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_readme_tables_equal_the_committed_results(name):
+    assert _marked(PAGE, README_MARKS, name) == readme_block(_results(name), name)
+
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+SUMMARIES = sorted(set(re.findall(r"<!-- suite-summary:([\w-]+):begin -->", README)))
+
+
+def test_the_readme_holds_the_full_real_model_run():
+    assert "suite-smollm2-full" in SUMMARIES
+
+
+def test_the_committed_full_run_is_complete():
+    """Every method x length of ``smollm2_full`` is in the committed results: a row (with its cells) or a 32k row
+    left out by the stated rule (retrieval at 16k below the threshold); nothing missing, no row outside the grid."""
+    from posenc.evals.suite.presets import SUITE_PRESETS
+
+    preset, res = SUITE_PRESETS["smollm2_full"], _results("suite-smollm2-full")
+    meta = res["meta"]
+    assert meta["complete"] is True and meta["missing"] == {} and meta["cells"] == 441
+    rows = {(r["method"], r["eval_len"]) for r in res["records"]}
+    left_out = {(k.rsplit("@", 1)[0], int(k.rsplit("@", 1)[1])): why for k, why in meta["left_out"].items()}
+    grid = {(m, n) for m in preset.methods for n in preset.lengths}
+    assert rows | left_out.keys() == grid and not rows & left_out.keys()
+    assert all(n == preset.prune_from and "below" in why for (_, n), why in left_out.items())
+    assert sum(r["cells"] for r in res["records"]) == meta["cells"] and min(r["cells"] for r in res["records"]) >= 3
+
+
+@pytest.mark.parametrize("name", SUMMARIES)
+def test_readme_summary_equals_the_committed_results(name):
+    from posenc.evals.report.suite import SUMMARY_MARKS, summary_block
+
+    assert _marked(README, SUMMARY_MARKS, name) == summary_block(_results(name), name)

@@ -1,0 +1,47 @@
+"""posenc.tasks.context: the same needles and target tokens at every length, bad requests refused, the chat frame."""
+
+import pytest
+
+from posenc.tasks.context import build_context, chat_frame
+from posenc.tasks.haystack import MAX_CONTEXT
+
+
+def _ctx(tok, hay, name, gens, target, length=1024, seed=0, **kw):
+    return build_context(tok, hay[name], length, gens, seed=seed, target=target, **kw)
+
+
+def test_same_needles_and_target_tokens_at_every_length(tok, hay):
+    a = _ctx(tok, hay, "book", ("niah",), 256, length=2048, seed=2)
+    b = _ctx(tok, hay, "book", ("niah",), 256, length=8192, seed=2)
+    assert a.ids[-256:] == b.ids[-256:]  # the scored target passage
+    assert [n.text for n in a.needles] == [n.text for n in b.needles]
+    assert [q.ids for q in a.queries] == [q.ids for q in b.queries]
+    c = _ctx(tok, hay, "book", ("niah",), 256, length=2048, seed=3)
+    assert c.ids[-256:] != a.ids[-256:]  # another seed, another passage
+    # a longer context adds text in front: the haystack right before the passage is the same text
+    assert a.ids[-276:-256] == b.ids[-276:-256]
+    assert hay["book"].n_tokens > MAX_CONTEXT + 4 * 8192
+
+
+def test_bad_requests_are_refused(tok, hay):
+    with pytest.raises(ValueError, match="too short"):
+        _ctx(tok, hay, "noise", ("mv", "vt", "cwe"), 0, length=300)
+    with pytest.raises(ValueError, match="generators"):
+        _ctx(tok, hay, "noise", ("nope",), 0)
+    with pytest.raises(ValueError, match="no target"):
+        _ctx(tok, hay, "noise", ("passkey",), 64)
+    with pytest.raises(ValueError, match="serves contexts up to"):
+        _ctx(tok, hay, "book", ("niah",), 128, length=MAX_CONTEXT + 9000)
+    with pytest.raises(ValueError, match="not used"):
+        _ctx(tok, hay, "noise", ("passkey",), 0, options={"niah": {"n_keys": 2}})
+    with pytest.raises(ValueError, match="depth"):
+        _ctx(tok, hay, "noise", ("passkey",), 0, options={"passkey": {"depth": 1.5}})
+
+
+def test_chat_frame_wraps_context_and_question(tok, hay):
+    before, after = chat_frame(tok)
+    assert before.endswith("<|im_start|>user\n") and after.startswith("<|im_end|>")
+    ctx = _ctx(tok, hay, "noise", ("passkey",), 0, length=512, chat=True)
+    assert tok.decode(list(ctx.ids)).startswith(before)
+    q = tok.decode(list(ctx.queries[0].ids))
+    assert "<|im_start|>assistant\n" in q and q.endswith("The pass key is")
