@@ -13,7 +13,7 @@ different MLP and norms), so compare the *boundary step against each model's own
 the absolute tokens/s second. Writes ``benchmarks/results/bench_longrope.json`` and prints a table.
 Semantics: transformers' re-run recomputes every layer with the long factors; posenc's step recomputes the
 rotations only (exact for the first layer; deeper layers keep the hidden states of the short-factor calls,
-see tests/test_longrope_cache.py).
+see tests/models/test_cache.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ The device's image has its own torch and transformers (nothing can be installed 
 from the working tree; if it cannot be imported the JSON says precisely why and the script stops there. A dry
 run (``--dry-run``) takes CUDA's engine routes on the CPU (:func:`posenc.engine.simulate.device_paths`: eager
 flex with log-sum-exp, pieces through the device layout), so all of this script but the kernels runs in
-``tests/test_gpu_script.py``.
+``tests/benchmarks/gpu/test_run.py``.
 """
 
 from __future__ import annotations

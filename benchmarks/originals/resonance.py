@@ -1,5 +1,5 @@
 """Run sheryc/resonance_rope's own Llama (``llama_finetuning/scaled_rope/modeling_llama_yarn.py``, unchanged) on a
-fixed tiny Llama and record its logits, for ``tests/test_originals.py`` to compare posenc against.
+fixed tiny Llama and record its logits, for ``tests/parts/test_resonance.py`` to compare posenc against.
 
 The original is not committed: the script reads its two files from a git checkout at a pinned commit (``--source``,
 e.g. a clone of github.com/sheryc/resonance_rope) into a temporary package, in a separate environment with the
