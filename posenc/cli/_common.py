@@ -1,7 +1,7 @@
 """The command line's one grammar, defined once: the parser class, the help format, the shared flags and the
 old spellings that still work for one release.
 
-The rules (docs/cli.md has them as one table, and ``tests/test_cli_grammar.py`` checks every subcommand):
+The rules (docs/cli.md has them as one table, and ``tests/cli/test_grammar.py`` checks every subcommand):
 
 - the positional argument is the thing a command acts on (``RUN``: a folder written by ``posenc train``;
   ``MODEL``: a run folder or a Hugging Face model; ``NAME``, ``KIND``, ...);

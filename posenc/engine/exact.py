@@ -12,7 +12,7 @@ sinks are always visible), whose largest distance ``max(q_pos) - min(k_pos)`` is
 and whose largest query position is below its position limit
 (:meth:`posenc.parts.branches.Remap.exact_within`), runs on :meth:`AttentionParts.plain_view
 <posenc.engine.parts.AttentionParts.plain_view>`: the same scheme with a plain causal mask and no remap (biases,
-log-n, frequencies and the dynamic schedule unchanged). ``tests/test_exact.py`` checks the result equals the
+log-n, frequencies and the dynamic schedule unchanged). ``tests/engine/test_exact.py`` checks the result equals the
 general path's on both sides of each limit. A call that reaches a limit (one pair is enough) keeps the general
 path, so a long prefill is not affected.
 """

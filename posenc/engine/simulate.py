@@ -12,7 +12,7 @@ checked (and debugged) on a machine without a GPU.
 
 What the simulation does not do is the dispatch's device test itself: the pieces backends still take any number
 of queries on CPU tensors (on CUDA they take a decode step's few), so a simulated run computes every route the
-GPU may take, and more. Used by ``benchmarks/gpu/run.py --dry-run`` and ``tests/test_engine_devices.py``.
+GPU may take, and more. Used by ``benchmarks/gpu/run.py --dry-run`` and ``tests/engine/test_simulate.py``.
 """
 
 from __future__ import annotations

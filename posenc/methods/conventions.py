@@ -1,7 +1,7 @@
 """The conventions table: for every remap and mask method of the registry, each parameter and the parameter of
 the original implementation it maps to (``Param.original``, ``Method.original``). The table of
-``docs/guides/conventions.md`` is :func:`conventions_table`'s output (``tests/test_training_free_2024.py`` checks
-it), and ``posenc schemes`` prints the same mapping after each parameter (``Param.describe``)."""
+``docs/guides/conventions.md`` is :func:`conventions_table`'s output (``tests/methods/test_conventions.py``
+checks it), and ``posenc schemes`` prints the same mapping after each parameter (``Param.describe``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 (:func:`length_defaults`, from each record's ``eval_defaults``).
 
 A record says everything posenc knows about a method (:class:`~posenc.methods.records.Method`). Code elsewhere
-reads its attributes; it does not compare method names (``tests/test_methods.py`` scans the source)."""
+reads its attributes; it does not compare method names (``tests/methods/test_registry.py`` scans the source)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ operator overhead, not by FLOPs, and a second intra-op thread buys little; two m
 cores take about the time of one. Each job is a fresh interpreter (multiprocessing's ``spawn``: nothing of the
 parent's torch state is forked) with ``threads`` torch threads. A job's result depends only on its arguments, so a
 model trained in a worker has the same weights as one trained in the main process
-(``tests/test_parallel.py``).
+(``tests/runtime/test_parallel.py``).
 
 Stopping: when the parent's :class:`~posenc.runtime.interrupt.StopSignals` records SIGINT or SIGTERM, every running
 worker is sent SIGTERM, which its own ``StopSignals`` (training, bench cells) turns into "save, then stop"; no

@@ -23,7 +23,7 @@ from posenc.tasks.ruler import QUERY_KINDS, RETRIEVAL_KINDS
 
 __all__ = ["README_MARKS", "Table", "readme_block", "render_html", "render_markdown", "write_report"]
 
-# docs/results/smollm2.md holds each committed suite run's tables between these marks (tests/test_suite_readme.py)
+# docs/results/smollm2.md holds each committed suite run's tables between these marks (tests/repo/test_suite_readme.py)
 README_MARKS = ("<!-- suite:{name}:begin -->", "<!-- suite:{name}:end -->")
 
 

@@ -47,7 +47,7 @@ MAX_RETRIES = 3
 """How many times Ray runs a cell again whose worker died (Ray's ``max_retries``)."""
 
 CRASH_ONCE_ENV = "POSENC_SUITE_CRASH_ONCE"
-"""Test hook (tests/test_suite_cluster.py): a folder. A task of a cell armed there (a file ``<digest>.crash``,
+"""Test hook (tests/evals/suite/test_cluster.py): a folder. A task of a cell armed there (a file ``<digest>.crash``,
 :func:`posenc.runtime.cells.cell_digest`) writes one file ``<digest>.attempt-<pid>`` when it starts computing, and
 on the first attempt kills its worker (``os._exit``) once the cell is computed, before it is stored."""
 

@@ -1,6 +1,6 @@
 """The long-context suite's named presets, built from the data file ``presets.json`` beside this module: its
 contexts by name, the parameters ``posenc tune`` found (``tuned``: kept equal to the committed tune results by
-``tests/test_tune.py``), and each preset's lengths, rows, contexts and fixed parameters. A preset's
+``tests/repo/test_committed_results.py``), and each preset's lengths, rows, contexts and fixed parameters. A preset's
 ``dynamic_step`` gives every dynamic schedule of the registry (:attr:`posenc.methods.Method.dynamic`) that
 ``step``; a row's ``{"tuned": NAME, ...}`` is that tuned parameter set with its other keys added. What each preset
 measured and how long it took: ``docs/results/smollm2.md``."""
