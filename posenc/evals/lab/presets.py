@@ -1,11 +1,13 @@
-"""The bench's presets as plain data: :class:`BenchPreset` (corpus, model size, train length, steps, eval
-lengths, schemes, methods, probes, seeds, fine-tune rows), :class:`FineTune`, :func:`yarn_schedule`,
-:func:`scheme_spec` (a preset's scheme entry with parameters) and :data:`PRESETS`; :mod:`posenc.evals.lab.bench` runs
-them (see its docstring)."""
+"""The bench's presets: :class:`BenchPreset` (corpus, model size, train length, steps, eval lengths, schemes,
+methods, probes, seeds, fine-tune rows), :class:`FineTune`, :func:`yarn_schedule`, :func:`scheme_spec` (a preset's
+scheme entry with parameters) and :data:`PRESETS`, built from the data file ``presets.json`` beside this module
+(:func:`load_presets`); :mod:`posenc.evals.lab.bench` runs them (see its docstring)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from posenc._util import check_positive_int
 
@@ -179,77 +181,22 @@ class BenchPreset:
 _PRESET_DEFAULTS = {"recall_task": "recall", "seeds": 1, "seed_schemes": ("rope", "alibi", "nope"), "eval_target": None,
                     "recall_distances": None, "jobs": 1, "seed_finetunes": False}
 
-PRESETS: dict[str, BenchPreset] = {
-    "quick": BenchPreset(
-        "quick", "RoPE + 9 training-free methods and NoPE, one seed (the budget; the retrieval preset has 3), "
-        "kv_recall / offset probes, the same 64 x 64 target tokens at every length, L=64 to 8L, <= 15 min on 2 CPU "
-        "cores",
-        # standard's recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes
-        # at L, benchmarks/results/ablation/kv_recall_design.md) cut to RoPE and NoPE at one seed and 64 windows per
-        # perplexity cell to fit 15 minutes (measured 673 s here); ALiBi and the other schemes are in standard (the
-        # description's "retrieval preset", RoPE / ALiBi / NoPE at 3 seeds, became part of standard after this run)
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8), schemes=("rope", "nope"), learned_methods=(),
-        rope_methods=("pi", "ntk", "dynamic_ntk", "yarn", "rerope", "selfextend", "sliding_window", "streaming_llm",
-                      "lm_infinite"),
-        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
-        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=64),
-    "standard": BenchPreset(
-        "standard", "every trained-in scheme; RoPE with 17 training-free methods, ALiBi and NoPE at 3 seeds; "
-        "kv_recall / offset probes; the same 256 x 64 target tokens at every length, L=64 to 8L; PI / base-500 "
-        "fine-tunes; two models at a time, <= 100 min on 2 CPU cores",
-        # quick's model and recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: the one that learns the kv probes at
-        # L, benchmarks/results/ablation/kv_recall_design.md), so standard's seed-0 RoPE row is quick's model, for
-        # all 19 schemes, with every RoPE method and 256 windows per perplexity cell. Two models train (and are
-        # evaluated) at once, one thread each (jobs=2, posenc.runtime.parallel): 240 steps of this recipe take 31.8 s
-        # on one thread, 17.5 s on two, 17.2 s per model for two side by side (benchmarks/results/bench_jobs.json)
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8), schemes=ALL_TRAINED,
-        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
-        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=256,
-        seeds=3, seed_schemes=("rope", "alibi", "nope"), jobs=2,
-        finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=150),
-                   FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=150))),
-    "hybrid": BenchPreset(
-        "hybrid", "plain RoPE next to three per-layer hybrids (2 layers, every=2), L=64 to 8L, ~15 min on 2 CPU cores",
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=1200, batch_size=16, lr=3e-3, warmup=100,
-        max_windows=24, recall_factors=(1, 2, 4), rope_methods=(), learned_methods=(),
-        schemes=("rope", "irope:every=2", "local_global:every=2", "nope_every4:every=2")),
-    "training_time": BenchPreset(
-        "training_time", "train-time extension (PoSE, randomized ids, S^2-attn, YaRN schedule) vs training at 4L and "
-        "training-free methods, every RoPE row at 3 seeds, kv_recall / offset probes, L=64 to 8L, two models at a "
-        "time, ~70 min on 2 CPU cores",
-        # quick's RoPE model and recipe (lr 1e-3, 2400 steps of 8 text + 32 kv rows: it learns the kv probes at L,
-        # benchmarks/results/ablation/kv_recall_design.md), each row at the 3 seeds of the RoPE model it starts
-        # from; every row covers 4L = 256 positions. PoSE (arXiv:2309.10400) with PI as in the paper, two chunks;
-        # randomized ids (arXiv:2305.16843) to 8L; S^2 (arXiv:2309.12307) at 4L, 4 groups, with PI as LongLoRA; the
-        # plain PI fine-tune at 4L is S^2's full-attention reference. ~70 min: the rates of the standard run (two
-        # 2400-step models side by side in ~280 s, a 4L model 4x the tokens), not measured for this preset yet
-        dim=128, n_layers=2, n_heads=4, train_len=64, steps=2400, batch_size=8, lr=1e-3, warmup=100,
-        eval_factors=(1, 2, 4, 8), schemes=("rope",), learned_methods=(),
-        rope_methods=("pi", "ntk", "yarn", "selfextend", "rerope"),
-        recall_task="kv", recall_pairs=2, recall_batch=32, recall_weight=1.0, recall_trials=32, recall_factors=(1, 4),
-        recall_distances=(1 / 8, 1 / 2, 15 / 16, 3), eval_mode="tail", max_windows=64,
-        seeds=3, seed_schemes=("rope",), seed_finetunes=True, jobs=2,
-        finetunes=(FineTune("rope_full_4L", "rope", steps=2400, len_factor=4, base=None),
-                   FineTune("rope_pose_4L", "rope", steps=2400, len_factor=1, base=None,
-                            options={"positions": "pose", "position_range": 256}),
-                   FineTune("rope_randomized_8L", "rope", steps=2400, len_factor=1, base=None,
-                            options={"positions": "randomized", "position_range": 512}),
-                   FineTune("rope_ft_pose_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=1,
-                            options={"positions": "pose", "position_range": 256}),
-                   FineTune("rope_ft_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=4),
-                   FineTune("rope_ft_s2_pi4", "pi", {"factor": 4.0}, steps=150, len_factor=4, options={"s2_groups": 4}),
-                   *yarn_schedule(2.0, 150))),
-    "full": BenchPreset(
-        "full", "GPU-sized: every scheme, dim 512, 8 layers, L=512, to 16L",
-        dim=512, n_layers=8, n_heads=8, train_len=512, steps=20000, batch_size=32, lr=6e-4,
-        eval_factors=(1, 2, 4, 8, 16), schemes=ALL_TRAINED, passkey_factors=(1, 2, 4, 8, 16),
-        passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0), passkey_trials=5, max_windows=64, eval_batch_size=8,
-        threads=None,
-        finetunes=(FineTune("rope_ft_pi", "pi", {"factor": 2.0}, steps=1000),
-                   FineTune("rope_ft_base500", "rope_base", {"base": 500.0}, steps=1000))),
-}
+DATA = Path(__file__).with_name("presets.json")
+
+
+def load_presets(path=DATA) -> dict[str, BenchPreset]:
+    """Every preset of the data file ``path`` (``presets.json`` beside this module), by name: a field left out takes
+    :class:`BenchPreset`'s default, a fine-tune's field :class:`FineTune`'s; lists become tuples."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    out = {}
+    for row in data["presets"]:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items() if k != "finetunes"}
+        finetunes = tuple(FineTune(**ft) for ft in row.get("finetunes", ()))
+        out[row["name"]] = BenchPreset(**fields, finetunes=finetunes)
+    return out
+
+
+PRESETS: dict[str, BenchPreset] = load_presets()
 
 
 def scheme_spec(entry: str) -> tuple[str, dict]:
