@@ -9,21 +9,7 @@ import pytest
 
 from posenc import cli
 from posenc.cli import main as cli_main
-
-
-def run_cli(argv, capsys) -> tuple[int, str]:
-    rc = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    # INFO progress lines, and the one-line warnings of old spellings (test_old_spellings_warn_once checks those)
-    lines = [ln for ln in err.splitlines() if not ln.startswith(("[posenc]", "posenc: warning: "))]
-    return rc, "\n".join(lines)
-
-
-def assert_one_line_error(rc, err, match):
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("posenc: error: "), err
-    assert "Traceback" not in err
-    assert match in err, err
+from tests.support.cli import assert_one_line_error, run_cli
 
 
 @pytest.mark.parametrize("extra, match", [

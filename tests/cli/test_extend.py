@@ -16,41 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from posenc._util import assert_close  # noqa: E402
 from posenc.hf import patch as hf  # noqa: E402
-
-L = 16  # trained length (max_position_embeddings) of every tiny model
-
-COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
-              intermediate_size=128, max_position_embeddings=L, pad_token_id=0, bos_token_id=None, eos_token_id=None)
-
-ARCHS = {
-    "llama": (transformers.LlamaConfig, {}),
-    "mistral": (transformers.MistralConfig, {"sliding_window": None}),
-    "qwen2": (transformers.Qwen2Config, {}),
-    "qwen3": (transformers.Qwen3Config, {"head_dim": 16}),
-    "gemma": (transformers.GemmaConfig, {"head_dim": 16}),
-    "gemma2": (transformers.Gemma2Config, {"head_dim": 16, "sliding_window": 6, "attn_logit_softcapping": None}),
-    "phi3": (transformers.Phi3Config, {"partial_rotary_factor": 0.5}),
-    "gpt_neox": (transformers.GPTNeoXConfig, {"rotary_pct": 0.5, "num_key_value_heads": None}),
-}
-
-
-def make_config(arch="llama", **kw):
-    cls, extra = ARCHS[arch]
-    args = {**COMMON, **extra, **kw}
-    args = {k: v for k, v in args.items() if not (k == "num_key_value_heads" and v is None)}
-    cfg = cls(**args)
-    cfg._attn_implementation = "eager"
-    return cfg
-
-
-def make_model(arch="llama", seed=0, **kw):
-    torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(make_config(arch, **kw)).eval()
-
-
-def ids(n=12, batch=2, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(1, 300, (batch, n), generator=g)
+from tests.support.tiny_hf import L, ids, make_model  # noqa: E402
 
 
 def test_cli_extend_and_hf_eval(tmp_path, capsys):

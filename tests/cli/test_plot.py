@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from posenc import cli
+from tests.support.cli import assert_one_line_error, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -37,19 +37,6 @@ def test_plot_cli(tmp_path, capsys):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(argv, capsys) -> tuple[int, str]:
-    rc = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    # INFO progress lines, and the one-line warnings of old spellings (test_old_spellings_warn_once checks those)
-    lines = [ln for ln in err.splitlines() if not ln.startswith(("[posenc]", "posenc: warning: "))]
-    return rc, "\n".join(lines)
-
-
-def assert_one_line_error(rc, err, match):
-    assert rc == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("posenc: error: "), err
-    assert "Traceback" not in err
-    assert match in err, err
 
 
 def test_plot_does_not_create_missing_folders(tmp_path, capsys):
