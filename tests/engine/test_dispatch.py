@@ -24,13 +24,9 @@ from posenc.engine.dispatch import IMPLS, choose_backend, make_call
 from posenc.engine.parts import parts_for
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.masks import MaskSpec
+from tests.support.attention import _qkv
 
 torch.manual_seed(0)
-
-
-def _qkv(B=2, H=4, N=96, D=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
 
 
 def test_dynamic_schedule_is_per_query():

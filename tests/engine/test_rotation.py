@@ -6,22 +6,9 @@ import torch.nn.functional as F
 from posenc import PositionScheme, attention
 from posenc._util import assert_close
 from posenc.parts.frequencies import rope_frequencies
+from tests.support.attention import _hf_rotate, _qkv
 
 torch.manual_seed(0)
-
-
-def _qkv(B=2, H=4, N=96, D=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
-
-
-def _hf_rotate(x, pos, inv_freq):
-    """HF Llama: cos/sin = cat(freqs, freqs); x*cos + rotate_half(x)*sin (float64 here)."""
-    freqs = pos.double()[:, None] * inv_freq.double()[None]
-    emb = torch.cat([freqs, freqs], -1)
-    cos, sin = emb.cos().float(), emb.sin().float()
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
 # ------------------------------------------------------------------ RoPE and its remaps vs references

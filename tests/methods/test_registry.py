@@ -31,13 +31,9 @@ from posenc.parts.absolute import build_embedding
 from posenc.parts.frequencies import ROPE_SCALINGS
 from posenc.parts.remap import REMAPS
 from posenc.scheme.core import PositionScheme
+from tests.support.attention import _qkv
 
 torch.manual_seed(0)
-
-
-def _qkv(B=2, H=4, N=96, D=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
 
 
 # ------------------------------------------------------------------ limits that reduce to known cases

@@ -28,22 +28,9 @@ from posenc.parts.biases import (
     build_bias,
     t5_relative_bucket,
 )
+from tests.support.attention import _causal, _qkv, _softmax_attend
 
 torch.manual_seed(0)
-
-
-def _qkv(B=2, H=4, N=96, D=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
-
-
-def _softmax_attend(scores, v, mask):
-    scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, -1) @ v
-
-
-def _causal(N):
-    return torch.ones(N, N, dtype=torch.bool).tril()
 
 
 def test_alibi_4x4_equals_formula():

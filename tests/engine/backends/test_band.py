@@ -5,13 +5,9 @@ import torch
 
 from posenc import PositionScheme, attention
 from posenc._util import relative_error
+from tests.support.attention import _qkv
 
 torch.manual_seed(0)
-
-
-def _qkv(B=2, H=4, N=96, D=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, N, D, generator=g) for _ in range(3)]
 
 
 @pytest.mark.parametrize("method,params", [("rerope", {"window": 48}), ("leaky_rerope", {"window": 24, "factor": 4}),
