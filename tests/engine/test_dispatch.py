@@ -24,7 +24,7 @@ from posenc.engine.dispatch import IMPLS, choose_backend, make_call
 from posenc.engine.parts import parts_for
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.masks import MaskSpec
-from tests.support.attention import _qkv
+from tests.support.attention import _qkv, _qkv_typed
 
 torch.manual_seed(0)
 
@@ -381,11 +381,6 @@ def test_float64_stays_exact_on_reference_and_blockwise(impl):
     assert float((got - want).abs().max()) < 1e-13
 
 CHECKED_IMPLS = ("blockwise", "auto", "flex", "band", "sinks", "sdpa")
-
-
-def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))
 
 
 # ============================================================================ every backend, cache, transformers

@@ -16,6 +16,7 @@ from posenc import PositionScheme, attention
 from posenc._util import relative_error
 from posenc.models.cache import KVCache
 from posenc.parts.frequencies import rope_frequencies
+from tests.support.attention import _qkv_typed
 from tests.support.chunkllama import chunkllama
 
 
@@ -90,11 +91,6 @@ def test_cached_decode_equals_full_forward(spec, params):
 def test_bad_parameters(params):
     with pytest.raises(ValueError, match="dca"):
         _dca(**params)
-
-
-def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))
 
 
 # ============================================================================ DCA temperatures

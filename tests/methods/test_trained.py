@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import posenc
 from posenc import PositionalAttention, PositionScheme
 from posenc._util import relative_error
 from posenc.engine import make_call
@@ -15,22 +14,9 @@ from posenc.methods import TRAINED_METHODS
 from posenc.models.cache import KVCache
 from posenc.models.generation import left_padded_positions
 from posenc.scheme.core import TRAINED
+from tests.support.tiny_lm import _model, _randomize_, _scheme
 
 NEW = ("p_rope", "cope", "fox", "fire")
-
-
-def _scheme(name, train_len=16, **params):
-    return PositionScheme.preset(name, train_len=train_len, **params)
-
-
-def _randomize_(module, scale=0.5, seed=0):
-    """Give the learned positional parts non-trivial values (CoPE's table starts at zero)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "pos_emb" in name or "gate." in name or ".bias.w" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return module
 
 
 # ============================================================================ every backend
@@ -82,11 +68,6 @@ def test_compiled_flex_runs_the_data_and_learned_biases(name):
 
 
 # ============================================================================ cached decoding
-def _model(scheme, seed=0):
-    torch.manual_seed(seed)
-    model = posenc.TinyLM(posenc.LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, scheme=scheme,
-                                          train_len=16)).eval()
-    return _randomize_(model, seed=seed)
 
 
 def _full_and_decoded(model, prefill=12, total=40, short=31):

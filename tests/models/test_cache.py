@@ -24,6 +24,7 @@ from posenc.models.generation import StreamingSession, left_padded_positions
 from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.parts.masks import MaskSpec
 from posenc.scheme.core import PositionScheme, RopeSpec
+from tests.support.tiny_lm import _model, _scheme
 
 TRAINED = ["rope", "xpos", "alibi", "t5", "kerple_power", "kerple_log", "sandwich"]
 
@@ -352,26 +353,7 @@ def test_per_query_schedule_equals_one_full_forward():
     assert relative_error(dec, full) <= 1e-5
 
 
-def _scheme(name, train_len=16, **params):
-    return PositionScheme.preset(name, train_len=train_len, **params)
-
-
-def _randomize_(module, scale=0.5, seed=0):
-    """Give the learned positional parts non-trivial values (CoPE's table starts at zero)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "pos_emb" in name or "gate." in name or ".bias.w" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return module
-
-
 # ============================================================================ cached decoding
-def _model(scheme, seed=0):
-    torch.manual_seed(seed)
-    model = posenc.TinyLM(posenc.LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, scheme=scheme,
-                                          train_len=16)).eval()
-    return _randomize_(model, seed=seed)
 
 
 def _full_and_decoded(model, prefill=12, total=40, short=31):

@@ -29,6 +29,7 @@ from posenc.parts.biases import (
     t5_relative_bucket,
 )
 from tests.support.attention import _causal, _qkv, _softmax_attend
+from tests.support.tiny_lm import _scheme
 
 torch.manual_seed(0)
 
@@ -351,10 +352,6 @@ def test_num_heads_validation(name, bad):
 def test_validation_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
-
-
-def _scheme(name, train_len=16, **params):
-    return PositionScheme.preset(name, train_len=train_len, **params)
 
 
 # ============================================================================ FIRE

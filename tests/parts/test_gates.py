@@ -11,10 +11,7 @@ from posenc import PositionalAttention, PositionScheme
 from posenc._util import assert_close
 from posenc.engine import run_attention
 from posenc.engine.parts import AttentionParts
-
-
-def _scheme(name, train_len=16, **params):
-    return PositionScheme.preset(name, train_len=train_len, **params)
+from tests.support.tiny_lm import _scheme
 
 
 # ============================================================================ FoX

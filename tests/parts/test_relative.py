@@ -25,20 +25,7 @@ from posenc import PositionScheme
 from posenc._util import assert_close
 from posenc.engine import run_attention
 from posenc.engine.parts import AttentionParts
-
-
-def _scheme(name, train_len=16, **params):
-    return PositionScheme.preset(name, train_len=train_len, **params)
-
-
-def _randomize_(module, scale=0.5, seed=0):
-    """Give the learned positional parts non-trivial values (CoPE's table starts at zero)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "pos_emb" in name or "gate." in name or ".bias.w" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return module
+from tests.support.tiny_lm import _randomize_, _scheme
 
 
 # ============================================================================ CoPE

@@ -16,7 +16,7 @@ from posenc._util import assert_close, relative_error
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.masks import MaskSpec
 from posenc.parts.remap import REMAPS, Llama4Temperature, ParallelContextWindows, Remap
-from tests.support.attention import _causal, _hf_rotate, _qkv, _softmax_attend
+from tests.support.attention import _causal, _hf_rotate, _qkv, _qkv_typed, _softmax_attend
 
 torch.manual_seed(0)
 
@@ -138,11 +138,6 @@ def test_temperature_hand_computed():
     want = torch.tensor([1.0, 1.0, 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(3),
                          1 + 0.1 * math.log(26)], dtype=torch.float64)
     assert_close(t.scale(qp), want, rtol=1e-12, atol=0)
-
-
-def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))
 
 
 def _rotate_half(x):

@@ -12,11 +12,7 @@ from posenc import PositionScheme, attention
 from posenc._util import relative_error
 from posenc.parts.frequencies import rope_frequencies
 from posenc.parts.retrieval import BlockRetrieval, duo_query_heads
-
-
-def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))
+from tests.support.attention import _qkv_typed
 
 
 def _rotate_half(x):

@@ -27,3 +27,8 @@ def _softmax_attend(scores, v, mask):
 
 def _causal(N):
     return torch.ones(N, N, dtype=torch.bool).tril()
+
+
+def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))

@@ -8,11 +8,7 @@ import torch
 
 from posenc import PositionScheme, attention
 from posenc._util import relative_error
-
-
-def _qkv_typed(N, B=2, H=2, D=16, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, H, N, D, generator=g, dtype=dtype) for _ in range(3))
+from tests.support.attention import _qkv_typed
 
 
 @pytest.mark.parametrize("spec, kw, long, decode", [("retrieval", {}, "retrieved", "retrieved"),
