@@ -22,7 +22,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from posenc.hf.export import export
+    from posenc.runtime.folders import check_target
 
+    check_target(args.out, what="--out")  # before the run is loaded: nothing to undo
     out = export(args.run, args.out)
     cfg = json.loads((out / "config.json").read_text())
     print(json.dumps({"saved": str(out), "architectures": cfg.get("architectures"),

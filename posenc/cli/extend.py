@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"posenc extend needs {what}")
     from posenc.hf.patch import extend, load, save
     from posenc.hf.source import load_tokenizer, source_folder
+    from posenc.runtime.folders import check_target
 
+    check_target(args.out, what="--out")  # before the model is loaded: nothing to undo
     native = {"auto": None, "yes": True, "no": False}[args.native]
     folder = source_folder(args.model)
     model = load(folder)

@@ -401,7 +401,10 @@ def export(model_or_run_dir, out_dir, *, tokenizer=None) -> Path:
     ``LlamaForCausalLM`` folder that plain ``transformers.AutoModelForCausalLM.from_pretrained`` loads
     with the same logits (see the module docstring for the mapping and what is refused). ``tokenizer``:
     written next to it (:func:`hf_tokenizer`); None takes a run folder's own tokenizer and writes none for a
-    model. Returns ``out_dir``."""
+    model. Returns ``out_dir``. The folder is written as a whole (:func:`posenc.runtime.folders.staged_folder`):
+    ``out_dir`` must be absent or empty, and a failure leaves it as it was."""
+    from posenc.runtime.folders import staged_folder
+
     out = Path(out_dir)
     if out.exists() and not out.is_dir():  # save_pretrained would log an error and write nothing
         raise ValueError(f"export: out_dir {str(out)!r} exists and is not a folder; give a folder to write the "
@@ -420,9 +423,10 @@ def export(model_or_run_dir, out_dir, *, tokenizer=None) -> Path:
             raise ValueError(f"the tokenizer has {len(hf_tok)} tokens but the model only {model.cfg.vocab_size}")
         bos = hf_tok.bos_token_id
         llama.config.bos_token_id = llama.generation_config.bos_token_id = bos
-    llama.save_pretrained(out)
-    if not (out / "config.json").is_file():
-        raise ValueError(f"export: transformers wrote no config.json into {str(out)!r}")
-    if hf_tok is not None:
-        hf_tok.save_pretrained(out)
+    with staged_folder(out, what="export's out_dir") as stage:
+        llama.save_pretrained(stage)
+        if not (stage / "config.json").is_file():
+            raise ValueError(f"export: transformers wrote no config.json into {str(out)!r}")
+        if hf_tok is not None:
+            hf_tok.save_pretrained(stage)
     return out

@@ -460,32 +460,37 @@ def unextend(model):
 
 
 # ===================================================================== save / load
-def save(model, out, tokenizer=None) -> Path:
+def save(model, out, tokenizer=None, *, replace: bool = False) -> Path:
     """``save_pretrained`` in a form that cannot be loaded without the method (:mod:`posenc.hf.saved`):
     a method transformers implements as a plain transformers folder (``rope_parameters`` and the extended
     ``max_position_embeddings``); a method of posenc's engine as a ``posenc_extended`` wrapper config that
     plain transformers refuses, and that :func:`load` or ``from_pretrained(DIR, trust_remote_code=True)``
-    load extended. ``out`` must be a folder (created) or absent. Returns ``out``."""
+    load extended. Returns ``out``.
+
+    The folder is written as a whole (:func:`posenc.runtime.folders.staged_folder`): everything goes to a staging
+    folder beside ``out`` and is moved in at the end, so a full disk or a killed process leaves ``out`` as it was
+    and a reader never sees a config without its weights. ``out`` must be absent or empty (``ValueError``
+    otherwise, nothing written), unless ``replace=True`` (a tune replacing its own saved winner)."""
     from posenc.hf.saved import CODE_FILE, CUSTOM_CODE, wrap_config
     from posenc.runtime.atomic import atomic_write_json, atomic_write_text
+    from posenc.runtime.folders import staged_folder
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"save: {str(out)!r} exists and is not a folder; give a folder to write the model into")
     orig = getattr(model, "_posenc_original_attn", None)
-    if orig is not None:
-        model.config._attn_implementation = orig
-    try:
-        model.save_pretrained(out)
-    finally:
+    with staged_folder(out, replace=replace, what="the folder to save the model into") as stage:
         if orig is not None:
-            model.config._attn_implementation = ATTN_NAME
-    if getattr(model.config, "posenc", None):  # posenc's engine: the wrapper, and its loader code
-        config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        atomic_write_text(out / CODE_FILE, CUSTOM_CODE)
-        atomic_write_json(out / "config.json", wrap_config(config), indent=2)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+            model.config._attn_implementation = orig
+        try:
+            model.save_pretrained(stage)
+        finally:
+            if orig is not None:
+                model.config._attn_implementation = ATTN_NAME
+        if getattr(model.config, "posenc", None):  # posenc's engine: the wrapper, and its loader code
+            config = json.loads((stage / "config.json").read_text(encoding="utf-8"))
+            atomic_write_text(stage / CODE_FILE, CUSTOM_CODE)
+            atomic_write_json(stage / "config.json", wrap_config(config), indent=2)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(stage)
     return out
 
 

@@ -159,3 +159,39 @@ def test_cli_extend_and_eval_take_the_gguf_model(tmp_path, capsys):
                  "--json", str(tmp_path / "r.json")]) == 0
     rows = json.loads((tmp_path / "r.json").read_text())
     assert [r["tokens"] for r in rows] == [16, 16] and all(1 < r["ppl"] < 20 for r in rows)  # repeated text
+
+
+# ===================================================================== --out: nothing overwritten, nothing half-saved
+def test_cli_extend_refuses_an_out_folder_holding_a_model(tmp_path, llama_dir, capsys):
+    """``extend --out DIR`` where DIR holds a model: one line naming DIR, status 2, the old model byte for byte."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "llama"}')
+    (out / "model.safetensors").write_bytes(b"old weights")
+    rc, err = _cli(capsys, "extend", llama_dir, "--method", "yarn", "--factor", "4", "--out", out)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and str(out) in err and "already holds files" in err, err
+    assert (out / "config.json").read_text() == '{"model_type": "llama"}'
+    assert (out / "model.safetensors").read_bytes() == b"old weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_cli_extend_refuses_out_equal_to_the_model(llama_dir, capsys):
+    before = {p.name: p.read_bytes() for p in llama_dir.iterdir()}
+    rc, err = _cli(capsys, "extend", llama_dir, "--method", "rerope", "--window", "8", "--out", llama_dir)
+    assert rc == 2 and "already holds files" in err, err
+    assert {p.name: p.read_bytes() for p in llama_dir.iterdir()} == before  # the source is not turned into a wrapper
+
+
+def test_a_save_that_fails_leaves_no_folder(tmp_path, llama_dir, capsys, monkeypatch):
+    """A full disk in the middle of saving (the weights written, the wrapper config not): nothing at --out, no
+    staging folder left, one line naming the problem."""
+    from posenc.hf import saved
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(saved, "wrap_config", full_disk)
+    out = tmp_path / "out"
+    rc, err = _cli(capsys, "extend", llama_dir, "--method", "rerope", "--window", "8", "--out", out)
+    assert rc != 0 and "No space left" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []

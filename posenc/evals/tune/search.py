@@ -109,10 +109,12 @@ def save_winner(objective, rows: list[dict], out: Path) -> dict:
 
     best = rows[0]
     if is_identity(best["method"]):
+        _drop_earlier_winner(out)
         return {"form": "none", "path": None, "gguf": None,
                 "reason": "no candidate scored better than the untouched model; nothing to save"}
     model = extend(load(objective.facts.folder, dtype=torch.float32), best["method"], **best["params"])
-    folder = save(model, out / "model", tokenizer=objective.facts.tokenizer)
+    folder = save(model, out / "model", tokenizer=objective.facts.tokenizer, replace=True)  # this tune's own folder
+    (out / "rope.gguf").unlink(missing_ok=True)  # an earlier run's keys: written again below if they apply
     if _is_native(best["method"]):
         from posenc.evals.tune.gguf_rope import SCALED_TYPES, write_rope_gguf
 
@@ -128,6 +130,15 @@ def save_winner(objective, rows: list[dict], out: Path) -> dict:
            f"{natives[0]['score']:.3f} against the winner's {best['score']:.3f}")
     return {"form": "engine", "path": str(folder), "gguf": None,
             "reason": f"{best['method']} runs only on posenc's engine (saved as posenc's extension): {why}"}
+
+
+def _drop_earlier_winner(out: Path) -> None:
+    """Remove what an earlier tune into ``out`` saved (``model/``, ``rope.gguf``), so the folder holds what this
+    run's results say (its winner is the untouched model: nothing saved)."""
+    import shutil
+
+    shutil.rmtree(out / "model", ignore_errors=True)
+    (out / "rope.gguf").unlink(missing_ok=True)
 
 
 class _Spent:
