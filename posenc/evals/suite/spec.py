@@ -128,7 +128,9 @@ def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
 @dataclass
 class ModelFacts:
     """The untouched model's folder, tokenizer and shape facts, loaded once per run, and the ``device`` and
-    ``dtype`` (a name: ``"float32"``, ``"bfloat16"``, ``"float16"``) every model of the run is loaded with."""
+    ``dtype`` (a name: ``"float32"``, ``"bfloat16"``, ``"float16"``) every model of the run is loaded with.
+    ``model_id``: the model in every cell key, named by its content, not its folder's name
+    (:func:`posenc.hf.identity.model_id`)."""
 
     folder: Path
     tokenizer: object
@@ -161,6 +163,7 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
     from transformers import AutoConfig
 
     from posenc._util import check_device, check_dtype
+    from posenc.hf.identity import model_id
     from posenc.hf.patch import scheme_from_config, train_len_of
     from posenc.hf.source import load_tokenizer, source_folder
 
@@ -172,6 +175,5 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
     if rope is None:
         raise ValueError(f"model {source!r} has no RoPE: the suite's methods extend RoPE models")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    model_id = f"{Path(folder).name}:{cfg.model_type}"  # the folder name holds the GGUF's digest when converted
-    return ModelFacts(folder, load_tokenizer(source), model_id, train_len_of(cfg), int(head_dim), float(rope.base),
-                      device, dtype)
+    return ModelFacts(folder, load_tokenizer(source), model_id(source, folder, cfg.model_type), train_len_of(cfg),
+                      int(head_dim), float(rope.base), device, dtype)

@@ -47,3 +47,26 @@ def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):  # noqa: F8
     r2 = two.evaluate("yarn", {"factor": 2.0})
     assert two.forwards == 1  # the book pass key 0 cell is shared with the first objective
     assert r2["loss_over"] == "contexts" and r2["loss_lo"] is not None
+
+
+def test_a_shared_cells_folder_never_gives_one_model_the_others_numbers(tmp_path):
+    """Two different models saved as ``a/model`` and ``b/model`` (one architecture, two seeds) share a cells
+    folder: B computes its own cells (A's are not its), and A copied to ``c/model`` reads A's."""
+    import shutil
+
+    from posenc.evals.tune.objective import TuneObjective
+    from posenc.hf.export import byte_tokenizer
+    from tests.support.tiny_hf import make_model
+
+    for name, seed in (("a", 0), ("b", 1)):
+        make_model("llama", seed=seed, vocab_size=260, max_position_embeddings=256).save_pretrained(
+            tmp_path / name / "model")
+        byte_tokenizer().save_pretrained(tmp_path / name / "model")
+    shutil.copytree(tmp_path / "a" / "model", tmp_path / "c" / "model")
+    contexts = (("passkey", 0),)
+    rows = {}
+    for name in "abc":
+        obj = TuneObjective(str(tmp_path / name / "model"), N, tmp_path / "cells", contexts=contexts, target=32)
+        rows[name] = (obj.evaluate("none", {}), obj.forwards)
+    assert rows["a"][1] == 1 and rows["b"][1] == 1 and rows["c"][1] == 0  # B ran its own prefill; the copy none
+    assert rows["b"][0]["loss"] != rows["a"][0]["loss"] and rows["c"][0]["loss"] == rows["a"][0]["loss"]

@@ -1,0 +1,53 @@
+"""posenc.evals.suite.spec: a cell key names the model by its content (``load_facts``' ``model_id``), so two
+different models saved in folders of one name (``a/model``, ``b/model``) sharing a cells folder never read each
+other's cells, and the same model copied elsewhere reads its own."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
+from posenc.evals.suite.spec import load_facts
+from tests.support.tiny_hf import make_model
+
+L = 1024
+
+
+@pytest.fixture(scope="module")
+def ab(tmp_path_factory):
+    """Two tiny Llamas of one architecture (seeds 0 and 1, the byte tokenizer saved as their own) in ``a/model``
+    and ``b/model``, and ``a`` copied to ``c/model``."""
+    from posenc.hf.export import byte_tokenizer
+
+    root = tmp_path_factory.mktemp("ab")
+    for name, seed in (("a", 0), ("b", 1)):
+        make_model("llama", seed=seed, vocab_size=260, max_position_embeddings=L).save_pretrained(root / name / "model")
+        byte_tokenizer().save_pretrained(root / name / "model")
+    shutil.copytree(root / "a" / "model", root / "c" / "model")
+    return root
+
+
+def _preset(folder):
+    return SuitePreset(name="ab", description="test", model=str(folder), lengths=(L,), methods=("none",),
+                       contexts=(ContextSpec("book", ("passkey",), seeds=1, target=32),), reference_length=L)
+
+
+def test_models_in_folders_of_one_name_get_their_own_ids(ab):
+    a, b, c = (load_facts(ab / x / "model").model_id for x in "abc")
+    assert a != b and a == c
+
+
+def test_a_shared_cells_folder_never_gives_one_model_the_others_numbers(ab, tmp_path):
+    """A's run fills the shared cells; B's report-only finds none of its own (refused, not A's numbers), B's run
+    computes its own; A's copy in ``c/model`` reads A's cells."""
+    cells = tmp_path / "cells"
+    quiet = {"progress": False, "log": lambda m: None}
+    a = run_suite(_preset(ab / "a" / "model"), tmp_path / "A", cells_dir=cells, **quiet)
+    with pytest.raises(ValueError, match="no cell of 'ab' is finished"):
+        run_suite(_preset(ab / "b" / "model"), tmp_path / "B", cells_dir=cells, report_only=True, **quiet)
+    b = run_suite(_preset(ab / "b" / "model"), tmp_path / "B", cells_dir=cells, **quiet)
+    assert b["records"][0]["ppl"] != a["records"][0]["ppl"]
+    c = run_suite(_preset(ab / "c" / "model"), tmp_path / "C", cells_dir=cells, report_only=True, **quiet)
+    assert c["meta"]["complete"] and c["records"][0]["ppl"] == a["records"][0]["ppl"]
