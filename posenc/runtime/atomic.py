@@ -18,13 +18,14 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "fsync_dir", "remove_stale_temps",
-           "write_temp"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "fsync_dir", "named_os_error",
+           "remove_stale_temps", "write_temp"]
 
 
-def _named(exc: OSError, path: Path) -> OSError:
+def named_os_error(exc: OSError, path: Path) -> OSError:
     """``exc`` with the file it concerns in its message (``[Errno 28] No space left on device`` alone does not
-    say which file)."""
+    say which file); for a writer that cannot go through :func:`atomic_write_bytes` (a library that opens the file
+    itself)."""
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOSPC:
         reason += " (the disk is full: free space, or write elsewhere)"
@@ -39,7 +40,7 @@ def write_temp(folder: Path, name: str, data: bytes, mode: int = 0o644) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     except OSError as exc:
-        raise _named(exc, folder / name) from None
+        raise named_os_error(exc, folder / name) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -49,7 +50,7 @@ def write_temp(folder: Path, name: str, data: bytes, mode: int = 0o644) -> Path:
     except BaseException as exc:
         os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise _named(exc, folder / name) from None
+            raise named_os_error(exc, folder / name) from None
         raise
     return Path(tmp)
 
@@ -73,7 +74,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _named(exc, path) from None
+        raise named_os_error(exc, path) from None
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"could not write {path}: it is a folder")
     tmp = write_temp(path.parent, path.name, data)
@@ -83,7 +84,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
         if tmp.exists():
             tmp.unlink()
         if isinstance(exc, OSError):
-            raise _named(exc, path) from None
+            raise named_os_error(exc, path) from None
         raise
     return path
 

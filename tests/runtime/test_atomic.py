@@ -139,7 +139,7 @@ def test_cli_prints_a_full_disk_as_one_line_naming_the_file(tmp_path, monkeypatc
     from posenc.cli import main
 
     def full(path, data):
-        raise A._named(OSError(errno.ENOSPC, "No space left on device"), Path(path))
+        raise A.named_os_error(OSError(errno.ENOSPC, "No space left on device"), Path(path))
 
     monkeypatch.setattr(A, "atomic_write_bytes", full)  # what save_png writes through
     assert main(["plot", "decay", "--out", str(tmp_path / "e.png")]) == 2

@@ -15,10 +15,15 @@ RoPE part of the model; :func:`read_rope_gguf` reads them back into the same ``r
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from posenc.runtime.atomic import fsync_dir, named_os_error
 
 __all__ = ["SCALED_TYPES", "read_rope_gguf", "write_rope_gguf"]
 
@@ -37,7 +42,9 @@ def _rope(config: dict) -> dict:
 def write_rope_gguf(path, config: dict, arch: str = "llama") -> Path:
     """Write the RoPE schedule of ``config`` (a transformers ``config.json`` dict with flat ``rope_parameters``
     of type ``default``, ``linear``, ``yarn`` or ``longrope``) as llama.cpp's GGUF keys and tensors (module
-    docstring). Returns ``path``. ``ValueError`` for a rope type llama.cpp has no form for."""
+    docstring). Returns ``path``. ``ValueError`` for a rope type llama.cpp has no form for. The file is written
+    whole or not at all (a temp file ``.NAME.*.tmp`` beside it, moved over it at the end): a failure (a full disk)
+    leaves the previous file as it was and no temp file, and the ``OSError`` names ``path``."""
     import gguf
 
     rp = _rope(config)
@@ -48,32 +55,47 @@ def write_rope_gguf(path, config: dict, arch: str = "llama") -> Path:
     orig = int(rp.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
                or config["max_position_embeddings"])
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), arch)
-    w.add_context_length(int(config["max_position_embeddings"]))
-    w.add_rope_freq_base(float(rp.get("rope_theta", 10000.0)))
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_scaling_type(gguf.RopeScalingType(_TYPES[kind]))
-    if kind != "default":
-        w.add_rope_scaling_factor(float(rp.get("factor", 1.0)))
-        w.add_rope_scaling_orig_ctx_len(orig)
-    if "long_factor" in rp:  # LongRoPE's per-dimension factors
-        factor = float(rp.get("factor") or config["max_position_embeddings"] / orig)
-        attn = rp.get("attention_factor")
-        if attn is None:
-            attn = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
-        w.add_rope_scaling_attn_factors(float(attn))
-        for name in ("long", "short"):
-            lam = np.asarray(rp[f"{name}_factor"], dtype=np.float32)
-            if lam.shape != (head_dim // 2,):
-                raise ValueError(f"{name}_factor must have head_dim/2 = {head_dim // 2} entries, got {lam.shape}")
-            w.add_tensor(f"rope_factors_{name}.weight", lam)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # remove_stale_temps' form
+        os.close(fd)
+    except OSError as exc:
+        raise named_os_error(exc, path) from None
+    try:
+        w = gguf.GGUFWriter(tmp, arch)
+        w.add_context_length(int(config["max_position_embeddings"]))
+        w.add_rope_freq_base(float(rp.get("rope_theta", 10000.0)))
+        w.add_rope_dimension_count(head_dim)
+        w.add_rope_scaling_type(gguf.RopeScalingType(_TYPES[kind]))
+        if kind != "default":
+            w.add_rope_scaling_factor(float(rp.get("factor", 1.0)))
+            w.add_rope_scaling_orig_ctx_len(orig)
+        if "long_factor" in rp:  # LongRoPE's per-dimension factors
+            factor = float(rp.get("factor") or config["max_position_embeddings"] / orig)
+            attn = rp.get("attention_factor")
+            if attn is None:
+                attn = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
+            w.add_rope_scaling_attn_factors(float(attn))
+            for name in ("long", "short"):
+                lam = np.asarray(rp[f"{name}_factor"], dtype=np.float32)
+                if lam.shape != (head_dim // 2,):
+                    raise ValueError(f"{name}_factor must have head_dim/2 = {head_dim // 2} entries, got {lam.shape}")
+                w.add_tensor(f"rope_factors_{name}.weight", lam)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise named_os_error(exc, path) from None
+        raise
+    fsync_dir(path.parent)
     return path
 
 
