@@ -8,9 +8,11 @@ de-quantized to float32, and converted **once** into a plain folder in posenc's 
 (``$POSENC_CACHE/models/<name>-<sha256 prefix>/``: ``config.json``, ``model.safetensors``, the tokenizer
 files and the chat template), because transformers refuses to ``save_pretrained`` a GGUF-loaded model
 ("quantized with gguf and is not serializable") and because re-reading the GGUF's tokenizer takes tens of
-seconds. The folder is written to a temporary name under a lock and renamed into place, so two processes
-converting the same file at once cannot leave a half-written copy; it is keyed by the GGUF's SHA-256, so a
-changed file is converted anew. Its weights are bit-identical to a direct GGUF load (tested).
+seconds. The folder is written into a staging folder under a lock and moved into place, so two processes
+converting the same file at once cannot leave a half-written copy, and the next conversion removes what a killed
+one left; it is keyed by the GGUF's SHA-256, so a changed file is converted anew. Its weights are bit-identical to
+a direct GGUF load (tested). Before converting, the file is checked: a truncated or damaged GGUF, or one that does
+not record the length its model was trained at (``<arch>.context_length``), is refused in one line naming it.
 
 A lab run (a RoPE model trained by ``posenc train`` or ``posenc bench``) is exported the same way, once, into
 ``$POSENC_CACHE/models/run-<folder name>-<digest>/`` (:func:`run_folder`, :func:`posenc.hf.export.export`: a
@@ -27,9 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
+import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +94,11 @@ def _cache_root() -> Path:
 
 
 def _build_once(out: Path, build) -> Path:
-    """``out`` (a folder with ``config.json``), written by ``build(tmp)`` into a temporary folder beside it and
-    renamed into place under the cache's conversion lock, unless it is there already."""
+    """``out`` (a folder with ``config.json``), written by ``build(staging)`` into a staging folder beside it and
+    moved into place under the cache's conversion lock (:func:`posenc.runtime.folders.staged_folder`), unless it
+    is there already. The staging folders a killed conversion left in the cache (a float32 copy of the model) are
+    removed first (:func:`_remove_dead_conversions`)."""
+    from posenc.runtime.folders import staged_folder
     from posenc.runtime.lock import FolderLock
 
     if (out / "config.json").is_file():
@@ -102,16 +106,94 @@ def _build_once(out: Path, build) -> Path:
     root = out.parent
     root.mkdir(parents=True, exist_ok=True)
     with FolderLock(root / ".convert", what="model conversion").acquire(wait=1800):  # another process converting
+        _remove_dead_conversions(root)
         if (out / "config.json").is_file():  # another process converted it while we waited
             return out
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{out.name}."))
-        try:
-            build(tmp)
-            os.rename(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with staged_folder(out, replace=True, what="model conversion") as staging:  # a folder without config.json:
+            build(staging)  # what a conversion older than the staging left; replaced
     return out
+
+
+_OLD_TEMP = re.compile(r"\.(.+)\.[a-z0-9_]{8}")  # tempfile.mkdtemp(prefix=".NAME."): conversions before the staging
+
+
+def _remove_dead_conversions(root: Path) -> list[Path]:
+    """Remove the staging folders of conversions in ``root`` whose process is gone
+    (:func:`posenc.runtime.folders.remove_stale_staging`), and the temporary folders of conversions by earlier
+    posenc versions (``.NAME.xxxxxxxx``, no pid: called under the conversion lock, no other conversion is
+    running). Returns them."""
+    from posenc.runtime.folders import remove_stale_staging
+
+    removed = []
+    for p in sorted(root.glob(".*")):
+        if not p.is_dir():
+            continue
+        name, _, tail = p.name[1:].rpartition(".")
+        kind, _, pid = tail.rpartition("-")
+        if name and kind in ("staging", "old") and pid.isdigit():
+            removed += remove_stale_staging(root / name)
+        elif _OLD_TEMP.fullmatch(p.name):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+def _check_gguf(path: Path) -> None:
+    """``ValueError`` (one line naming the file) for a GGUF that is truncated or damaged, or that does not say the
+    length its model was trained at (``<arch>.context_length``: transformers would take 2048, and every extension
+    method is set from it); read before the conversion, which would fail in a long traceback or guess."""
+    _need("gguf", "loading a GGUF file")
+    import gguf
+    import numpy as np
+
+    seen: dict = {}
+
+    class _Reader(gguf.GGUFReader):  # notes where the tensors' data should end before the reader reshapes it
+        def _build_tensors(self, start_offs, fields):
+            try:
+                ends = [start_offs]
+                for f in fields:
+                    dims, raw_dtype, offset = f.parts[3], f.parts[4], f.parts[5]
+                    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
+                    ends.append(start_offs + int(offset[0]) + int(np.prod(dims, dtype=np.int64)) * size // block)
+                seen["expected"] = max(ends)
+            except Exception:  # noqa: BLE001 (another gguf layout: the size stays unknown, the check goes on)
+                pass
+            return super()._build_tensors(start_offs, fields)
+
+    found = path.stat().st_size
+    try:
+        reader = _Reader(str(path))
+    except Exception as exc:  # noqa: BLE001 (struct.error, IndexError, ValueError: whatever the cut point gives)
+        reader, why = None, " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+    expected = seen.get("expected")
+    if expected is not None and found < expected:
+        raise ValueError(f"GGUF file {str(path)!r} is truncated: {found} bytes, its header describes {expected}; "
+                         "copy or download it again")
+    if reader is None:
+        raise ValueError(f"GGUF file {str(path)!r} is truncated or damaged ({found} bytes; its header cannot be "
+                         f"read: {why}); copy or download it again")
+    arch = _gguf_value(reader, "general.architecture")
+    if arch is None:
+        raise ValueError(f"GGUF file {str(path)!r} has no 'general.architecture' key: no model posenc can load")
+    if _gguf_value(reader, f"{arch}.context_length") is None:
+        raise ValueError(f"GGUF file {str(path)!r} has no '{arch}.context_length' key (the length the model was "
+                         "trained at); posenc will not guess it (transformers would take 2048, and every extension "
+                         "is set from it): use a GGUF that records it, or a Hugging Face folder whose config.json "
+                         "gives max_position_embeddings")
+
+
+def _gguf_value(reader, name: str):
+    """The scalar or string value of the GGUF key ``name`` (None when absent)."""
+    import gguf
+
+    field = reader.fields.get(name)
+    if field is None or not field.data:
+        return None
+    part = field.parts[field.data[0]]
+    if field.types and field.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(part).decode("utf-8", errors="replace")
+    return part.tolist()[0] if len(part) else None
 
 
 def gguf_folder(path, cache_dir=None) -> Path:
@@ -123,6 +205,7 @@ def gguf_folder(path, cache_dir=None) -> Path:
     root = Path(cache_dir) if cache_dir is not None else _cache_root()
 
     def build(tmp: Path) -> None:
+        _check_gguf(path)
         model, tok = _load_gguf(path)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

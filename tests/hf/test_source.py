@@ -6,12 +6,15 @@ These run on the actual 135M-parameter model (30 layers), so every forward is re
 tokens."""
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from posenc.hf.patch import extend
 from posenc.hf.source import BUNDLED, bundled_gguf, load_source, load_tokenizer, source_folder
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fresh(method="none", **params):
@@ -142,3 +145,119 @@ def test_lm_evaluation_harness_runs_on_an_extended_model(smol, monkeypatch):
     (text,) = lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."], "max_gen_toks": 6,
                                                                             "do_sample": False}), 0)])
     assert "4721" in text
+
+
+# ============================================ a GGUF refused before its conversion; a killed conversion cleaned up
+def _tiny_gguf(path, context_length: int | None = 64):
+    """A small llama GGUF written by the ``gguf`` package: the metadata keys, a 300 x 16 embedding and a norm."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    if context_length is not None:
+        w.add_context_length(context_length)
+    w.add_block_count(1)
+    w.add_embedding_length(16)
+    w.add_head_count(2)
+    w.add_tensor("token_embd.weight", np.arange(300 * 16, dtype=np.float32).reshape(300, 16))
+    w.add_tensor("output_norm.weight", np.ones(16, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _refused(path, tmp_path, monkeypatch) -> str:
+    """The one-line ``ValueError`` of ``source_folder(path)`` (the cache in ``tmp_path``): raised before the
+    conversion reads the file, nothing left in the cache but the conversion lock."""
+    from posenc.hf import source
+
+    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(source, "_load_gguf", lambda p: pytest.fail("the conversion read a refused GGUF"))
+    with pytest.raises(ValueError) as info:
+        source_folder(path)
+    msg = str(info.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    assert [p.name for p in (tmp_path / "cache" / "models").iterdir()] == [".convert"]
+    return msg
+
+
+def test_a_gguf_without_its_trained_length_is_refused_naming_the_key(tmp_path, monkeypatch):
+    """transformers would take a GGUF without ``llama.context_length`` as trained at 2048 (and YaRN would be saved
+    with original_max_position_embeddings 2048): refused, naming the file and the key."""
+    from posenc.hf import source
+
+    source._check_gguf(_tiny_gguf(tmp_path / "whole.gguf"))  # the same file with the key passes
+    msg = _refused(_tiny_gguf(tmp_path / "nolen.gguf", context_length=None), tmp_path, monkeypatch)
+    assert "has no 'llama.context_length' key" in msg and "will not guess" in msg
+
+
+def test_a_truncated_gguf_is_one_line_naming_the_file_and_the_sizes(tmp_path, monkeypatch):
+    """Cut in the header (no tensor table to read) and cut in the tensors' data (the size the header describes)."""
+    data = _tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    (tmp_path / "head.gguf").write_bytes(data[:40])
+    msg = _refused(tmp_path / "head.gguf", tmp_path, monkeypatch)
+    assert "is truncated or damaged (40 bytes; its header cannot be read" in msg
+    (tmp_path / "body.gguf").write_bytes(data[:-1000])
+    msg = _refused(tmp_path / "body.gguf", tmp_path, monkeypatch)
+    assert f"is truncated: {len(data) - 1000} bytes, its header describes {len(data)}" in msg
+
+
+@pytest.mark.slow
+def test_the_bundled_gguf_passes_the_check_and_a_cut_copy_is_refused(tmp_path, monkeypatch):
+    """The real file: whole, it records its trained length; cut in its tensors (SmolLM2's 49152 x 64 token
+    embedding: transformers said 'cannot reshape array'), it is named as truncated."""
+    from posenc.hf import source
+
+    path = bundled_gguf("smollm2")
+    source._check_gguf(path)
+    cut = tmp_path / "smol.gguf"
+    with open(path, "rb") as f:
+        cut.write_bytes(f.read(path.stat().st_size // 2))
+    msg = _refused(cut, tmp_path, monkeypatch)
+    assert f"is truncated: {path.stat().st_size // 2} bytes, its header describes {path.stat().st_size}" in msg
+
+
+CONVERT_AND_HANG = r"""
+import sys, time
+from pathlib import Path
+from posenc.hf import source
+
+def build(staging):
+    (staging / "model.safetensors").write_bytes(b"x" * 100_000)  # the float32 weights, half-written
+    print("writing", flush=True)
+    time.sleep(600)
+
+source._build_once(Path(sys.argv[1]), build)
+"""
+
+
+def test_a_killed_conversions_staging_folder_is_removed_by_the_next_one(tmp_path):
+    """A conversion SIGKILLed while writing leaves its staging folder (the float32 model's size); the next
+    conversion into the cache, of the same model or another, removes it, and the temp folder an earlier posenc's
+    conversion left (``.NAME.xxxxxxxx``); a live process's staging folder stays."""
+    import os
+    import signal
+    import subprocess
+
+    from posenc.hf import source
+
+    root = tmp_path / "models"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", CONVERT_AND_HANG, str(root / "m-0123456789abcdef")], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    staging = root / f".m-0123456789abcdef.staging-{proc.pid}"
+    assert (staging / "model.safetensors").stat().st_size == 100_000
+    legacy = root / ".m-0123456789abcdef.k3j_5zq0"  # tempfile.mkdtemp's name, before the staging
+    legacy.mkdir()
+    live = root / f".other.staging-{os.getpid()}"
+    live.mkdir()
+    out = source._build_once(root / "other-fedcba9876543210", lambda d: (d / "config.json").write_text("{}"))
+    assert (out / "config.json").is_file()
+    assert sorted(p.name for p in root.iterdir()) == sorted([".convert", live.name, out.name])
