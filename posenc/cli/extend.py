@@ -20,6 +20,10 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL", help="a Hugging Face folder, a .gguf file, or a bundled "
                    "model (smollm2)")
     add_method(p, "method or composition a+b, e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
+    p.add_argument("--length", type=int, default=None, metavar="N",
+                   help="the length to read: parameters not given take each method's rule for N (YaRN's factor = N / "
+                   "the trained length, SelfExtend's group, ...; `posenc schemes` states them); recorded in "
+                   "posenc.json with every parameter's value")
     p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
                    help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (auto: yes)")
     add_out(p, "folder to save the extended model and its tokenizer into (must not hold a model already)")
@@ -36,17 +40,22 @@ def run(args: argparse.Namespace) -> int:
         if not value:
             raise ValueError(f"posenc extend needs {what}")
     from posenc.hf.patch import extend, load, save
-    from posenc.hf.source import load_tokenizer, source_folder
+    from posenc.hf.saved import saved_record
+    from posenc.hf.source import NoTokenizerError, load_tokenizer, source_folder
     from posenc.runtime.folders import check_target
 
     check_target(args.out, what="--out")  # before the model is loaded: nothing to undo
+    if args.length is not None:
+        from posenc._util import check_positive_int
+
+        check_positive_int("--length", args.length)
     native = {"auto": None, "yes": True, "no": False}[args.native]
     folder = source_folder(args.model)
     model = load(folder)
-    extend(model, args.method, native=native, **params_from_args(args))
+    extend(model, args.method, native=native, target_length=args.length, **params_from_args(args))
     try:
-        tokenizer = load_tokenizer(args.model)
-    except ValueError:
+        tokenizer = load_tokenizer(args.model)  # a damaged tokenizer file: ValueError naming it, nothing saved
+    except NoTokenizerError:
         tokenizer = None  # a model without a tokenizer of its own is saved without one
     out = save(model, args.out, tokenizer=tokenizer)  # the tokenizer's files, chat template included
     cfg = json.loads((out / "config.json").read_text())
@@ -58,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
         how = (f"transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}): transformers' own rope_parameters, "
                f"max_position_embeddings {cfg.get('max_position_embeddings')}")
     print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
-                      "max_position_embeddings": cfg.get("max_position_embeddings"), "posenc": cfg.get("posenc"),
+                      "max_position_embeddings": cfg.get("max_position_embeddings"), "posenc": saved_record(out),
                       "load": how}))
     return 0

@@ -16,7 +16,10 @@ def add_parser(sub) -> None:
                   "model trained at --train-len).")
     p.add_argument("name", nargs="?", metavar="NAME", help="preset, method or composition a+b to print (e.g. alibi, "
                    "or yarn with --train-len)")
-    add_train_len(p, None, help="trained context length L (required for an inference-time method)")
+    add_train_len(p, None, help="trained context length L (required for an inference-time method, unless --model)")
+    p.add_argument("--model", default=None, metavar="MODEL", help="a Hugging Face folder, a .gguf file or smollm2: "
+                   "without NAME, print the model's own scheme and, for a model saved by `posenc extend`, what it was "
+                   "extended with; with NAME, the trained length comes from the model")
     add_param(p, "preset parameter, repeatable (e.g. --param factor=4)")
     add_factor_window(p)
     p.set_defaults(func=run)
@@ -48,9 +51,37 @@ def _listing() -> list[str]:
     return out
 
 
+def _model_facts(source) -> dict:
+    """What ``posenc schemes --model`` prints: the model's trained length, its own RoPE scheme and, for a model
+    saved extended by posenc, its record (:mod:`posenc.hf.saved`); read without loading the weights."""
+    from posenc.hf.patch import scheme_from_config, train_len_of
+    from posenc.hf.saved import model_config, saved_record
+    from posenc.hf.source import describe_source, source_folder
+
+    folder = source_folder(source)
+    cfg = model_config(folder)
+    record = saved_record(folder)
+    if record is not None and record.get("native"):  # the config holds the extended schedule: the record says
+        trained = record["trained_length"]
+    else:
+        trained = train_len_of(cfg)
+    return {"model": describe_source(source), "folder": str(folder), "model_type": cfg.model_type,
+            "trained_length": trained, "scheme": scheme_from_config(cfg).to_dict(), "extended": record}
+
+
 def run(args: argparse.Namespace) -> int:
     from posenc.scheme.core import TRAINED, PositionScheme
 
+    if args.model is not None:
+        if args.train_len is not None:
+            raise ValueError("give --model or --train-len, not both (the model states its trained length)")
+        facts = _model_facts(args.model)
+        if args.name is None:
+            if args.param or args.factor is not None or args.window is not None:
+                raise ValueError("--param, --factor and --window go with a NAME to print")
+            print(json.dumps(facts, indent=2))
+            return 0
+        args.train_len = facts["trained_length"]
     if args.name is None:
         if args.param or args.train_len is not None or args.factor is not None or args.window is not None:
             raise ValueError("--train-len, --param, --factor and --window go with a NAME to print")

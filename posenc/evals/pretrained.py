@@ -25,24 +25,9 @@ import numpy as np
 import torch
 
 from posenc.evals.records import EvalRecord
-from posenc.methods import check_method_params, method_params, parse_methods
+from posenc.methods import check_method_params, method_params
 
 __all__ = ["evaluate_hf", "target_losses", "window_ends"]
-
-
-def _used_params(model, method: str, given: dict) -> dict:
-    """The parameters ``extend`` applied: the model's own ``rope_parameters`` for a method transformers runs
-    (one schedule for all layers), else the given ones with the defaults the methods write in."""
-    from posenc.hf.patch import train_len_of
-
-    methods = parse_methods(method, hf=True)
-    rp = getattr(model.config, "rope_parameters", None)
-    if len(methods) == 1 and methods[0].hf_native and isinstance(rp, dict) and "rope_type" in rp:
-        return {k: v for k, v in rp.items() if k not in ("rope_theta", "rope_type")}
-    defaults: dict = {}
-    for m in methods:
-        defaults.update({k: v for k, v in m.filled_defaults(train_len_of(model.config)).items() if v is not None})
-    return {**defaults, **given}
 
 
 def _check_tokenizer(tokenizer, own) -> object:
@@ -105,7 +90,7 @@ def _evaluate_one(model, tokenizer, tokens, lengths, ends, target, base: EvalRec
             nll, hit = target_losses(model, tokens, int(n), ends, target)
             loss = float(nll.mean())
             rec = rec.replace(ppl=float(np.exp(loss)), loss=loss, accuracy=float(hit.mean()), tokens=int(nll.size),
-                              extra={"target_tokens": target, "windows": len(ends)})
+                              extra={**rec.extra, "target_tokens": target, "windows": len(ends)})
             if passkey is not None:
                 rec = rec.replace(passkey=passkey(model, int(n)))
         except ValueError as exc:
@@ -128,7 +113,8 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     runs (None: where it loads, the CPU); ``dtype``: the dtype it is loaded with (``"float32"``, ``"bfloat16"``,
     ``"float16"``; None: transformers' default)."""
     from posenc._util import check_device, check_dtype
-    from posenc.hf.patch import extend, load, train_len_of
+    from posenc.hf.patch import applied_params, extend, load, train_len_of
+    from posenc.hf.saved import saved_record
     from posenc.hf.source import load_tokenizer, source_folder
 
     device = None if device is None else check_device("device", device)
@@ -152,18 +138,25 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     if passkey_trials:
         def passkey(model, n):
             return _passkey(model, tok, n, passkey_depths, passkey_trials, seed)
+    saved = saved_record(folder)  # a model saved extended: its rows are labelled with the method it runs
     records = []
     for method in methods:
         base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
+        if saved is not None and method == "none":
+            base = base.replace(method=saved["method"], extra={"saved": True})
         try:
             model = load(folder, **({"dtype": getattr(torch, dtype)} if dtype else {})).eval()
             vocab = model.config.vocab_size
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
             given = method_params(method, params, hf=True)
+            if saved is not None and method != "none":
+                raise ValueError(f"the model was saved extended with {saved['method']}: methods do not stack; "
+                                 "evaluate the model it was extended from")
             extend(model, method, **given)
             base = base.replace(scheme=model.config.model_type, train_len=train_len_of(model.config),
-                                params=_used_params(model, method, given))
+                                params=saved.get("resolved") or saved.get("params", {}) if saved is not None
+                                else applied_params(model))
             if device is not None:
                 model.to(device)
         except ValueError as exc:

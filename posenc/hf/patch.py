@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,8 +52,8 @@ from posenc.scheme.core import PositionScheme, RopeSpec
 # method name -> transformers rope_type, for the methods extend() hands to transformers' own code
 # (derived from the registry, posenc.methods: records with hf_native)
 HF_NATIVE = {name: m.hf_rope_type for name, m in hf_methods().items() if m.hf_native}
-__all__ = ["ATTN_NAME", "HF_NATIVE", "extend", "layer_window", "load", "posenc_scheme", "save", "scheme_from_config",
-           "train_len_of", "unextend"]
+__all__ = ["ATTN_NAME", "HF_NATIVE", "applied_params", "extend", "layer_window", "load", "posenc_scheme", "save",
+           "scheme_from_config", "train_len_of", "unextend"]
 
 
 # ===================================================================== scheme from a config
@@ -169,20 +170,46 @@ def _native_parameters(config, method: Method, params: dict, layer_type: str | N
     return new
 
 
+def _new_rope_parameters(config, method: Method, params: dict, targets: tuple[str, ...] | None) -> dict:
+    """The ``rope_parameters`` a transformers-native ``method`` writes (validated; per layer type: those of the
+    ``targets`` types)."""
+    old = config.rope_parameters
+    if is_nested(config):
+        new = dict(old)
+        for t in targets or [t for t, v in old.items() if v is not None]:
+            new[t] = _native_parameters(config, method, params, t)
+        return new
+    if targets is not None:
+        raise ValueError("layer_types with a transformers-native method needs rope_parameters per layer type "
+                         "(a model whose layers share one rotary schedule); use native=False")
+    return _native_parameters(config, method, params, None)
+
+
+def _native_refusal(config, method: Method, params: dict, targets) -> str | None:
+    """Why transformers' own config class refuses ``method``'s schedule for this family (its ``validate``, run
+    by ``save_pretrained``: Phi-3 accepts only ``longrope``), or None. Checked before anything changes, so a
+    model is never extended into a form that cannot be saved. Bad parameters raise ``ValueError`` here."""
+    new = _new_rope_parameters(config, method, params, targets)
+    validate = getattr(config, "validate", None)
+    if validate is None:
+        return None
+    trial = copy.deepcopy(config)
+    trial.rope_parameters = new
+    try:
+        validate.__func__(trial)
+    except Exception as exc:  # transformers' strict-dataclass validation error: not a ValueError subclass
+        reason = str(exc).strip().splitlines()[-1].strip()
+        return (f"{type(config).__name__} does not accept rope_type {method.hf_rope_type!r} ({reason}): transformers "
+                f"could not save or reload the model; use posenc's engine (native=False, posenc extend --native no)")
+    return None
+
+
 def _extend_native(model, method: Method, params: dict, targets: tuple[str, ...] | None):
     """transformers' own method: validate the new ``rope_parameters`` (per layer type: those of the
     ``targets`` types), then (only then) write them into the model's own config and rebuild every rotary
     embedding module from it."""
     old = model.config.rope_parameters
-    if is_nested(model.config):
-        new = dict(old)
-        for t in targets or [t for t, v in old.items() if v is not None]:
-            new[t] = _native_parameters(model.config, method, params, t)
-    else:
-        if targets is not None:
-            raise ValueError("layer_types with a transformers-native method needs rope_parameters per layer type "
-                             "(a model whose layers share one rotary schedule); use native=False")
-        new = _native_parameters(model.config, method, params, None)
+    new = _new_rope_parameters(model.config, method, params, targets)
     config = _own_config(model)
     undo = {"rope_parameters": copy.deepcopy(old), "max_position_embeddings": config.max_position_embeddings,
             "original_max_position_embeddings": getattr(config, "original_max_position_embeddings", None)}
@@ -345,7 +372,7 @@ def default_dynamic_step(train_len: int) -> int:
 
 
 def extend(model, method: str = "none", *, native: bool | None = None, impl: str = "auto",
-           layer_types=None, **params):
+           layer_types=None, target_length: int | None = None, **params):
     """Apply ``method`` (``"none"``, any ``posenc.scheme.METHODS`` name or ``"a+b"``, ``"linear"``,
     ``"dynamic"``, ``"longrope"``) with ``params`` to a HF causal LM in place; returns the model.
 
@@ -359,6 +386,10 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     global layer types that have RoPE (Gemma 3's recipe: ``("full_attention",)``), or, where no global
     layer has RoPE (Beam), the types that have it; else every RoPE layer. The other layers keep what
     transformers computes for them (:mod:`posenc.hf.layers`).
+
+    ``target_length``: the length to read; the parameters not given take each method's rule for it
+    (:func:`posenc.methods.length_defaults`, what ``posenc schemes`` states: YaRN's factor = target / trained, ...),
+    and it is recorded with the method (:func:`save` writes it to ``posenc.json``).
 
     Everything is validated before anything changes (a refused call leaves model and config as they
     were, so a corrected retry works), and the model first gets its own deep copy of its config: other
@@ -376,12 +407,20 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     _check_extendable(model)
     targets = target_types(model.config, layer_types)
     record = {"method": method, "params": dict(params)}
+    if target_length is not None:
+        params = {**_length_params(model.config, method, target_length), **params}
+        record = {"method": method, "params": dict(params), "target_length": int(target_length)}
     if layer_types is not None:
         record["layer_types"] = list(targets)
     if len(methods) == 1 and methods[0].hf_native and native is not False:
-        _extend_native(model, methods[0], params, targets)
-        model._posenc_extended = {**record, "native": True}
-        return model
+        refusal = _native_refusal(model.config, methods[0], params, targets)
+        if refusal is None:
+            _extend_native(model, methods[0], params, targets)
+            model._posenc_extended = {**record, "native": True}
+            return model
+        if native is True or methods[0].apply is None:
+            raise ValueError(refusal)
+        # native="auto" and transformers' config refuses the schedule for this family: posenc's engine runs it
     bad = [m.name for m in methods if m.apply is None]
     if bad:
         raise ValueError(f"unknown method(s) {bad} on posenc's path (transformers alone implements them: not "
@@ -422,6 +461,63 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     model.set_attn_implementation(ATTN_NAME)
     model._posenc_extended = config.posenc
     return model
+
+
+def _length_params(config, method: str, target_length) -> dict:
+    """The parameters each method of ``method`` takes to read ``target_length`` tokens with this model (its trained
+    length, head size and RoPE base), by the registry's rules."""
+    from posenc._util import check_positive_int
+    from posenc.methods import length_defaults
+
+    target_length = check_positive_int("target_length", target_length)
+    train_len = train_len_of(config)
+    if target_length < train_len:
+        raise ValueError(f"target_length {target_length} is below the trained length {train_len}: nothing to extend")
+    rope = scheme_from_config(config).rope
+    return {k: v for k, v in length_defaults(method, train_len, target_length, head_dim=_head_dim(config),
+                                              base=float(rope.base) if rope else 10000.0, hf=True).items()
+            if v is not None}
+
+
+def applied_params(model) -> dict:
+    """Every parameter of the method ``model`` runs with (``{}`` for an untouched model): the model's own
+    ``rope_parameters`` for a method transformers runs, else the given ones with the defaults the methods fill."""
+    record = getattr(model, "_posenc_extended", None)
+    if not record:
+        return {}
+    defaults: dict = {}
+    for m in parse_methods(record["method"], hf=True):
+        defaults.update({k: v for k, v in m.filled_defaults(train_len_of(model.config)).items() if v is not None})
+    rp = getattr(model.config, "rope_parameters", None)
+    if record.get("native") is True and isinstance(rp, dict):  # what transformers' rope_parameters hold
+        flat = next((v for v in rp.values() if isinstance(v, dict) and v.get("rope_type", "default") != "default"),
+                    rp) if is_nested(model.config) else rp
+        return {**defaults, **{k: v for k, v in flat.items() if k not in ("rope_theta", "rope_type")}}
+    return {**defaults, **record.get("params", {})}
+
+
+def _saved_record(model) -> dict | None:
+    """The ``posenc.json`` of an extended model (:mod:`posenc.hf.saved`), or None for an untouched one."""
+    from posenc._version import __version__
+
+    record = getattr(model, "_posenc_extended", None)
+    if not record:
+        return None
+    trained = train_len_of(model.config)
+    resolved = {p.name: p.default_for(trained) for m in parse_methods(record["method"], hf=True) for p in m.params
+                if p.default_for(trained) is not None}  # every parameter: the ones left at their default too
+    resolved.update(applied_params(model))
+    target = record.get("target_length")
+    if target is None and isinstance(resolved.get("factor"), (int, float)) and resolved["factor"] >= 1:
+        target = int(round(trained * float(resolved["factor"])))
+    if target is None and record.get("native") is True and (model.config.max_position_embeddings or 0) > trained:
+        target = int(model.config.max_position_embeddings)
+    out = {"method": record["method"], "params": dict(record.get("params", {})), "resolved": resolved,
+           "native": record.get("native") is True, "trained_length": trained, "target_length": target,
+           "posenc_version": __version__}
+    if record.get("layer_types") is not None:
+        out["layer_types"] = list(record["layer_types"])
+    return out
 
 
 def posenc_scheme(model) -> PositionScheme | None:
@@ -471,27 +567,43 @@ def save(model, out, tokenizer=None, *, replace: bool = False) -> Path:
     folder beside ``out`` and is moved in at the end, so a full disk or a killed process leaves ``out`` as it was
     and a reader never sees a config without its weights. ``out`` must be absent or empty (``ValueError``
     otherwise, nothing written), unless ``replace=True`` (a tune replacing its own saved winner)."""
-    from posenc.hf.saved import CODE_FILE, CUSTOM_CODE, wrap_config
-    from posenc.runtime.atomic import atomic_write_json, atomic_write_text
     from posenc.runtime.folders import staged_folder
 
     out = Path(out)
-    orig = getattr(model, "_posenc_original_attn", None)
-    with staged_folder(out, replace=replace, what="the folder to save the model into") as stage:
-        if orig is not None:
-            model.config._attn_implementation = orig
-        try:
-            model.save_pretrained(stage)
-        finally:
-            if orig is not None:
-                model.config._attn_implementation = ATTN_NAME
-        if getattr(model.config, "posenc", None):  # posenc's engine: the wrapper, and its loader code
-            config = json.loads((stage / "config.json").read_text(encoding="utf-8"))
-            atomic_write_text(stage / CODE_FILE, CUSTOM_CODE)
-            atomic_write_json(stage / "config.json", wrap_config(config), indent=2)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(stage)
+    try:
+        with staged_folder(out, replace=replace, what="the folder to save the model into") as stage:
+            _save_into(model, stage, tokenizer)
+    except Exception as exc:
+        if not (isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"):  # full disk, unwritable, ...
+            raise
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        kept = "its previous content is as it was" if replace else "nothing was written there"
+        raise ValueError(f"could not save the model into {str(out)!r} ({text}); {kept}") from exc
     return out
+
+
+def _save_into(model, stage: Path, tokenizer) -> None:
+    """The files of :func:`save`, written into the staging folder ``stage``."""
+    from posenc.hf.saved import CODE_FILE, CUSTOM_CODE, RECORD_FILE, wrap_config
+    from posenc.runtime.atomic import atomic_write_json, atomic_write_text
+
+    orig = getattr(model, "_posenc_original_attn", None)
+    if orig is not None:
+        model.config._attn_implementation = orig
+    try:
+        model.save_pretrained(stage)
+    finally:
+        if orig is not None:
+            model.config._attn_implementation = ATTN_NAME
+    if getattr(model.config, "posenc", None):  # posenc's engine: the wrapper, and its loader code
+        config = json.loads((stage / "config.json").read_text(encoding="utf-8"))
+        atomic_write_text(stage / CODE_FILE, CUSTOM_CODE)
+        atomic_write_json(stage / "config.json", wrap_config(config), indent=2)
+    record = _saved_record(model)
+    if record is not None:
+        atomic_write_json(stage / RECORD_FILE, record, indent=2)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(stage)
 
 
 def load(path, **kwargs):
@@ -499,31 +611,26 @@ def load(path, **kwargs):
     written by :func:`save`, or a plain config with a ``posenc`` section (posenc's earlier format)."""
     from transformers import AutoModelForCausalLM
 
-    from posenc.hf.saved import is_wrapped, unwrap_config
+    from posenc.hf.saved import is_wrapped, model_config, read_config_json, unwrap_config
 
-    cfg_path = Path(path) / "config.json"
-    if not cfg_path.is_file():
-        raise ValueError(f"model dir {str(path)!r} has no config.json (expected a folder written by save_pretrained)")
-    try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{cfg_path} is not valid JSON ({exc})") from None
+    raw = read_config_json(path)
     spec = None
-    if is_wrapped(raw):
-        from transformers import CONFIG_MAPPING
-
-        base, spec = unwrap_config(raw)
-        if base["model_type"] not in CONFIG_MAPPING:
-            raise ValueError(f"{cfg_path}: model type {base['model_type']!r} is not in this transformers")
-        kwargs["config"] = CONFIG_MAPPING[base["model_type"]].from_dict(base)
+    if is_wrapped(raw):  # the model's own config class from base_config: posenc_extended.py is not executed
+        spec = unwrap_config(raw)[1]
+        kwargs["config"] = model_config(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except OSError as exc:
         raise ValueError(f"could not load the model in {str(path)!r}: {exc}") from exc
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) refused a pickle: nothing of it ran
+        files = ", ".join(sorted(p.name for p in Path(path).glob("*.bin"))) or "its .bin weights"
+        raise ValueError(f"the weights of {str(path)!r} ({files}) hold a pickle that is not plain tensors; posenc "
+                         "loads weights only (torch weights_only=True) and ran none of it") from exc
     if spec is None and getattr(model.config, "posenc", None):
         spec = model.config.posenc
         del model.config.posenc
     if spec:
         extend(model, spec["method"], native=spec.get("native"), impl=spec.get("impl", "auto"),
-               layer_types=spec.get("layer_types"), **spec.get("params", {}))
+               layer_types=spec.get("layer_types"), target_length=spec.get("target_length"),
+               **spec.get("params", {}))
     return model.eval()

@@ -24,6 +24,17 @@ next to ``posenc_extended.py`` (:data:`CUSTOM_CODE`, a few lines that call :func
   must be executed to correctly load the model", and asks for ``trust_remote_code=True``;
 - vLLM and conversion scripts refuse the unknown ``model_type``: these methods need posenc's attention.
 
+Both forms also hold ``posenc.json`` (:data:`RECORD_FILE`, :func:`saved_record`): what the model was extended
+with, for people and for posenc's commands: the method, the parameters as given and every parameter with the
+value it runs with (``resolved``: the defaults filled in), the trained length and the target length (the length
+the parameters were chosen for: ``target_length`` given to :func:`posenc.hf.extend`, else the trained length times
+``factor``, else the native ``max_position_embeddings``; None when nothing states one). transformers ignores it.
+
+posenc's own commands read a saved folder through :func:`model_config` and :func:`posenc.hf.load`, which build the
+model's own config class from ``base_config``: no ``trust_remote_code``, no file of the folder executed. Only
+plain transformers code (``from_pretrained(DIR, trust_remote_code=True)``) runs ``posenc_extended.py``: the few
+lines of :data:`CUSTOM_CODE` that posenc wrote, or whatever that file holds now.
+
 The weights and the tokenizer files are the model's own, under their own names. We chose this over a
 config that merely fails to parse because the custom-code route keeps the folder usable from plain
 transformers code (one flag), and over writing posenc's section into the model's own config (what posenc
@@ -32,7 +43,13 @@ did before), which plain transformers loaded silently without the method.
 
 from __future__ import annotations
 
-__all__ = ["AUTO_MAP", "CODE_FILE", "CUSTOM_CODE", "MODEL_TYPE", "is_wrapped", "unwrap_config", "wrap_config"]
+import json
+from pathlib import Path
+
+__all__ = ["AUTO_MAP", "CODE_FILE", "CUSTOM_CODE", "MODEL_TYPE", "RECORD_FILE", "describe_record", "is_wrapped",
+           "model_config", "read_config_json", "saved_record", "unwrap_config", "wrap_config"]
+
+RECORD_FILE = "posenc.json"
 
 MODEL_TYPE = "posenc_extended"
 CODE_FILE = "posenc_extended.py"
@@ -93,3 +110,68 @@ def unwrap_config(config: dict) -> tuple[dict, dict]:
     if not isinstance(record, dict) or not isinstance(record.get("method"), str):
         raise ValueError(f"config.json of a posenc-extended model has no 'posenc' record with a method, got {record!r}")
     return base, record
+
+
+def read_config_json(folder) -> dict:
+    """``folder/config.json`` as a dict; ``ValueError`` naming the file when it is missing or not JSON."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"model folder {str(folder)!r} has no config.json (expected a folder written by "
+                         "save_pretrained)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}): the file is damaged") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} holds {type(raw).__name__}, not a config object: the file is damaged")
+    return raw
+
+
+def model_config(folder):
+    """The transformers config of the model in ``folder``: for a ``posenc_extended`` wrapper, its own config class
+    built from ``base_config`` (no custom code asked for, none executed); else ``AutoConfig`` as usual."""
+    raw = read_config_json(folder)
+    if not is_wrapped(raw):
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(folder)
+    from transformers import CONFIG_MAPPING
+
+    base, _ = unwrap_config(raw)
+    if base["model_type"] not in CONFIG_MAPPING:
+        raise ValueError(f"{Path(folder) / 'config.json'}: model type {base['model_type']!r} is not in this "
+                         "transformers")
+    return CONFIG_MAPPING[base["model_type"]].from_dict(base)
+
+
+def saved_record(folder) -> dict | None:
+    """What the model in ``folder`` was extended with (``posenc.json``, see the module docstring), or None for a
+    model posenc did not extend. A wrapper folder of an earlier posenc without ``posenc.json`` gives the wrapper's
+    record (method and parameters as given). ``ValueError`` naming the file when it is damaged."""
+    path = Path(folder) / RECORD_FILE
+    if path.is_file():
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not valid JSON ({exc}): the file is damaged") from None
+        if not isinstance(record, dict) or not isinstance(record.get("method"), str):
+            raise ValueError(f"{path} has no 'method': the file is damaged")
+        return record
+    if (Path(folder) / "config.json").is_file():
+        raw = read_config_json(folder)
+        if is_wrapped(raw):
+            return dict(unwrap_config(raw)[1])
+    return None
+
+
+def describe_record(record: dict) -> str:
+    """One line: ``selfextend (group=8, window=1024; trained 8192, target 32768)``."""
+    params = record.get("resolved") or record.get("params") or {}
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    lengths = []
+    if record.get("trained_length"):
+        lengths.append(f"trained {record['trained_length']}")
+    if record.get("target_length"):
+        lengths.append(f"target {record['target_length']}")
+    inside = "; ".join(x for x in (shown, ", ".join(lengths)) if x)
+    return f"{record['method']} ({inside})" if inside else record["method"]

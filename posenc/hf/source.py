@@ -34,8 +34,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BUNDLED", "Bundled", "bundled_gguf", "describe_source", "gguf_folder", "is_gguf", "load_source",
-           "load_tokenizer", "run_folder", "source_folder"]
+__all__ = ["BUNDLED", "Bundled", "NoTokenizerError", "TOKENIZER_FILES", "bundled_gguf", "describe_source",
+           "gguf_folder", "is_gguf", "load_source", "load_tokenizer", "run_folder", "source_folder"]
 
 
 @dataclass(frozen=True)
@@ -285,21 +285,56 @@ def source_folder(source) -> Path:
         return p
     if p.is_file():
         return gguf_folder(p)
-    raise ValueError(f"model {str(source)!r} is neither a folder, a .gguf file, nor a bundled model "
+    import difflib
+
+    close = difflib.get_close_matches(str(source), sorted(BUNDLED), n=1, cutoff=0.6)  # the CLI's "did you mean" rule
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"model {str(source)!r}{hint} is neither a folder, a .gguf file, nor a bundled model "
                      f"({', '.join(sorted(BUNDLED))})")
 
 
+# the files a transformers tokenizer is read from (a folder with none of them has no tokenizer of its own:
+# transformers would otherwise build an empty one from tokenizer_config.json, which turns every text into [])
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "spm.model",
+                   "sentencepiece.bpe.model", "tokenizer.tiktoken", "vocab.model")
+
+
+class NoTokenizerError(ValueError):
+    """The model's folder holds no tokenizer file (:data:`TOKENIZER_FILES`)."""
+
+
 def load_tokenizer(source):
-    """The model's own tokenizer (``AutoTokenizer`` from :func:`source_folder`); ``ValueError`` when the
-    folder has none (evaluation never falls back to another tokenizer)."""
+    """The model's own tokenizer (``AutoTokenizer`` from :func:`source_folder`): :class:`NoTokenizerError` when the
+    folder has no tokenizer file (evaluation never falls back to another tokenizer), ``ValueError`` naming the file
+    when one is damaged. A folder saved by posenc in wrapper form is read with the model's own config class (no
+    custom code asked for or run)."""
     from transformers import AutoTokenizer
 
+    from posenc.hf.saved import is_wrapped, model_config, read_config_json
+
     folder = source_folder(source)
+    present = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not present:
+        raise NoTokenizerError(f"model {str(source)!r} has no tokenizer of its own in {str(folder)!r} (none of "
+                               f"{', '.join(TOKENIZER_FILES[:3])}, ...); posenc evaluates a Hugging Face model only "
+                               "with its own tokenizer")
+    if (folder / "tokenizer.json").is_file():
+        _check_json(folder / "tokenizer.json")
+    kw = {"config": model_config(folder)} if is_wrapped(read_config_json(folder)) else {}
     try:
-        return AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ValueError(f"model {str(source)!r} has no tokenizer of its own in {str(folder)!r} ({exc}); posenc "
-                         "evaluates a Hugging Face model only with its own tokenizer") from exc
+        return AutoTokenizer.from_pretrained(folder, **kw)
+    except Exception as exc:  # tokenizers raises plain Exception for a damaged file
+        raise ValueError(f"the tokenizer of model {str(source)!r} in {str(folder)!r} ({', '.join(present)}) could "
+                         f"not be read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+
+
+def _check_json(path: Path) -> None:
+    import json
+
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is damaged (not valid JSON: {exc}); restore the tokenizer file") from None
 
 
 def load_source(source, **kwargs):

@@ -165,11 +165,17 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
     from posenc._util import check_device, check_dtype
     from posenc.hf.identity import model_id
     from posenc.hf.patch import scheme_from_config, train_len_of
+    from posenc.hf.saved import describe_record, saved_record
     from posenc.hf.source import load_tokenizer, source_folder
 
     device = check_device("device", device)
     dtype = check_dtype("dtype", dtype, device)
     folder = source_folder(source)
+    record = saved_record(folder)
+    if record is not None:
+        raise ValueError(f"model {str(source)!r} was saved extended by posenc with {describe_record(record)}: the "
+                         "suite and tune apply methods to the untouched model (methods do not stack); give the model it "
+                         "was extended from, or score this one with posenc eval")
     cfg = AutoConfig.from_pretrained(folder)
     rope = scheme_from_config(cfg).rope
     if rope is None:
