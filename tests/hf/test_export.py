@@ -221,6 +221,31 @@ def test_cli_export_of_a_run_folder(tmp_path, capsys):
     assert "'alibi' adds an attention bias" in capsys.readouterr().err
 
 
+def test_cli_export_refuses_an_out_folder_holding_a_model_and_keeps_it(tmp_path, capsys):
+    """Issue 50.2: ``export --out DIR`` into a folder holding a model replaced its weights (exit 0). Now one line
+    naming --out, status 2, the old files byte for byte, and no staging folder beside it; the run folder as --out
+    (the source) is refused the same way."""
+    from posenc.cli import main
+    from posenc.models.checkpoint import save_checkpoint
+
+    model = tiny(n_kv_heads=None)
+    save_checkpoint(tmp_path / "run", model, model.cfg, extra={"tokenizer": {"name": "byte", "bos": True}})
+    old = tmp_path / "hf"
+    old.mkdir()
+    (old / "config.json").write_text('{"model_type": "llama"}')
+    (old / "model.safetensors").write_bytes(b"old weights")
+    run_files = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    for out in (old, tmp_path / "run"):
+        capsys.readouterr()
+        assert main(["export", str(tmp_path / "run"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--out {str(out)!r} already holds files" in err, err
+    assert (old / "config.json").read_text() == '{"model_type": "llama"}'
+    assert (old / "model.safetensors").read_bytes() == b"old weights"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()} == run_files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]
+
+
 def test_a_bpe_tokenizer_is_written_as_its_tokenizers_json(tmp_path):
     from posenc.data.tokenizer import BPETokenizer
 
