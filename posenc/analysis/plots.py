@@ -6,9 +6,12 @@
   (from ``posenc.parts.frequencies.rope_frequencies``) and their ratio to the default.
 - :func:`plot_rotations`: YaRN rotations ``r_i`` with the ``beta_fast``/``beta_slow`` thresholds, the
   ramp, and the critical dimension of arXiv 2310.05209.
+- :func:`plot_map`: a method's position map (:mod:`posenc.analysis.maps`): the relative position each (query, key)
+  pair is read at, the mask, and the turns each dimension makes over the positions read next to the trained range.
 
 Command line (:mod:`posenc.cli.plot`):
-``posenc plot {decay,frequencies,rotations} --out FILE.png [--head-dim --base --train-len]``.
+``posenc plot {decay,frequencies,rotations} --out DIR [--head-dim --base --train-len]`` and
+``posenc plot map --method NAME [--param K=V] --length N --out DIR``.
 """
 
 from __future__ import annotations
@@ -19,20 +22,20 @@ from posenc._figures import new_figure, save_png
 from posenc._util import check_finite
 from posenc.analysis import rope as analysis
 
-__all__ = ["PLOTS", "plot_decay", "plot_frequencies", "plot_rotations"]
+__all__ = ["PLOTS", "map_title", "plot_decay", "plot_frequencies", "plot_map", "plot_rotations"]
 
 
 def _figure(ncols: int = 1, width: float = 6.4):
     return new_figure(width * ncols, 4.4, 1, ncols)
 
 
-def _save(fig, path) -> Path:
+def _save(fig, path, dpi: int = 110) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise ValueError(f"out must be a .png file, got {str(path)!r}")
     if not path.parent.is_dir():  # never create folders (a typo would make them from the root)
         raise ValueError(f"out folder {str(path.parent)!r} does not exist; create it first")
-    return save_png(fig, path, dpi=110)
+    return save_png(fig, path, dpi=dpi)
 
 
 def plot_decay(path, head_dim: int = 128, base: float = 10000.0, max_distance: int = 1024) -> Path:
@@ -130,3 +133,81 @@ def plot_rotations(path, head_dim: int = 128, base: float = 10000.0, train_len: 
 
 
 PLOTS = {"decay": plot_decay, "frequencies": plot_frequencies, "rotations": plot_rotations}
+
+
+def _show(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def map_title(pm) -> str:
+    """``"yarn (factor=4) read at N=256, trained at L=64"`` for a :class:`~posenc.analysis.maps.PositionMap`."""
+    params = ", ".join(f"{k}={_show(v)}" for k, v in sorted(pm.params.items()))
+    return f"{pm.spec}{f' ({params})' if params else ''} read at N={pm.length}, trained at L={pm.train_len}"
+
+
+def plot_map(path, spec: str, train_len: int = 64, length: int = 256, params: dict | None = None,
+             head_dim: int = 64, base: float = 10000.0, dpi: int = 110) -> Path:
+    """Method ``spec``'s position map (:func:`posenc.analysis.maps.position_map`) in three panels: the relative
+    position each (query, key) pair is read at (hidden pairs blank; the red line is where it leaves the trained range
+    ``L - 1``), the mask (visible pairs dark, causal pairs the method hides orange), and per dimension pair the turns
+    over the largest position read at N under the method's schedule against the turns over the trained range under
+    plain RoPE (shaded: more than one position past the trained range in a dimension that turned less than once
+    there, angles the model never saw in training)."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    from posenc.analysis.maps import position_map
+
+    pm = position_map(spec, train_len, length, params, head_dim=head_dim, base=base)
+    fig, (rel_ax, mask_ax, freq_ax) = new_figure(15.6, 4.6, 1, 3)
+    fig.suptitle(map_title(pm), fontsize="large")
+    n = pm.length
+    extent = (-0.5, n - 0.5, n - 0.5, -0.5)
+    rel = np.ma.masked_invalid(pm.relative.numpy())
+    cmap = colormaps["viridis"].with_extremes(bad="#eeeeee")
+    top = max(pm.max_read, train_len - 1, 1)
+    img = rel_ax.imshow(rel, cmap=cmap, vmin=0, vmax=top, extent=extent, interpolation="nearest")
+    if np.nanmax(pm.relative.numpy(), initial=0.0) > train_len - 1:
+        rel_ax.contour(np.arange(n), np.arange(n), rel.filled(0.0), levels=[train_len - 0.5], colors="red",
+                       linewidths=1.2)
+    bar = fig.colorbar(img, ax=rel_ax, shrink=0.85)
+    bar.ax.axhline(train_len - 1, color="red", lw=1.5)
+    bar.set_label("relative position read (red: trained range L - 1)")
+    rel_ax.set_title("relative position each pair is read at")
+    causal_pairs = np.tril(np.ones((n, n), dtype=bool))
+    shade = np.where(pm.visible.numpy(), 2, np.where(causal_pairs, 1, 0))  # visible, hidden by the method, future
+    mask_ax.imshow(shade, cmap=ListedColormap(["white", "#f4a582", "#222222"]), vmin=0, vmax=2, extent=extent,
+                   interpolation="nearest")
+    causal = n * (n + 1) // 2
+    how = "; keys chosen by content or per head: head 0 on random q, k" if pm.content else ""
+    mask_ax.set_title(f"mask: {int(pm.visible.sum())} of {causal} causal pairs visible\n(dark: seen, orange: hidden"
+                      f"{how})", fontsize="medium")
+    for ax in (rel_ax, mask_ax):
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+    turns = pm.turns()
+    if turns is None:
+        freq_ax.axis("off")
+        freq_ax.text(0.5, 0.5, "no rotary part:\nno frequency schedule", ha="center", va="center",
+                     fontsize="large", transform=freq_ax.transAxes)
+    else:
+        at_n, trained = (t.numpy() for t in turns)
+        idx = np.arange(at_n.size)
+        shown = np.where(at_n > 0, at_n, np.nan)
+        freq_ax.plot(idx, trained, "-", color="tab:gray", label=f"trained range: L - 1 = {train_len - 1}, plain RoPE")
+        freq_ax.plot(idx, shown, "o-", ms=3, color="tab:blue",
+                     label=f"largest position read at N: {pm.max_read:.4g}, this method's schedule")
+        freq_ax.axhline(1.0, color="k", ls=":", lw=1, label="one turn (every angle seen)")
+        # more than one position past the trained range, in a dimension that turned less than once in training
+        unseen = (at_n > trained * train_len / max(train_len - 1, 1) * (1 + 1e-9)) & (trained < 1)
+        if unseen.any():
+            freq_ax.fill_between(idx, trained, np.where(unseen, shown, trained), where=unseen, color="tab:red",
+                                 alpha=0.25, label=f"angles never seen in training ({int(unseen.sum())} pairs)")
+        freq_ax.set_yscale("log")
+        freq_ax.set_xlabel("dimension pair i")
+        freq_ax.set_ylabel("turns (rotation / 2 pi)")
+        freq_ax.grid(alpha=0.3, which="both")
+        freq_ax.legend(fontsize="small", loc="lower left")
+        freq_ax.set_title("frequency schedule against the trained range")
+    return _save(fig, path, dpi)

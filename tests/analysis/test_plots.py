@@ -30,3 +30,10 @@ def test_plot_does_not_create_folders(tmp_path):
     with pytest.raises(ValueError, match=r"out folder .* does not exist; create it first"):
         plot_decay(tmp_path / "a" / "b" / "x.png", head_dim=8, max_distance=10)
     assert not (tmp_path / "a").exists()
+
+
+def test_plot_map_writes_png(tmp_path):
+    from posenc.analysis.plots import plot_map
+
+    assert _is_png(plot_map(tmp_path / "map.png", "streaming_llm", 16, 48, {"window": 8}, dpi=50))
+    assert _is_png(plot_map(tmp_path / "fire.png", "fire", 16, 32, dpi=50))  # no rotary part: the third panel says so

@@ -20,7 +20,7 @@ DEVICE = {"bench", "train", "eval", "generate", "tune"}
 DTYPE = {"bench", "eval", "generate", "tune"}
 SEED = {"bench", "train", "eval", "generate", "compat", "tune"}
 # Commands that take a method take --method SPEC with --param, --factor and --window.
-METHOD = {"train", "eval", "generate", "extend"}
+METHOD = {"train", "eval", "generate", "extend", "plot"}  # plot: the method of `plot map`
 # Commands that write files write them into the folder --out.
 OUT = {"bench", "train", "eval", "extend", "export", "plot", "perf", "compat", "tune"}
 

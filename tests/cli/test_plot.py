@@ -59,3 +59,26 @@ def test_real_plot_command_creates_no_folder(tmp_path):
     res = _posenc("plot", "decay", "--out", tmp_path / "x" / "y" / "d.png", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_plot_map(tmp_path, capsys):
+    """``posenc plot map``: the method's map as DIR/map-METHOD.png with its parameters; every flag checked in one
+    line, and the map-only flags refused on the other pictures."""
+    from posenc.cli import main
+
+    assert main(["plot", "map", "--method", "selfextend", "--param", "group=4", "--window", "8", "--length", "64",
+                 "--out", str(tmp_path)]) == 0
+    assert _is_png(tmp_path / "map-selfextend.png")
+    assert capsys.readouterr().out.strip() == str(tmp_path / "map-selfextend.png")
+    assert main(["plot", "map", "--method", "alibi", "--length", "32", "--out", str(tmp_path)]) == 0  # trained-in
+    assert _is_png(tmp_path / "map-alibi.png")
+    for argv, message in ((["--method", "yran", "--length", "64"], "did you mean 'yarn'"),
+                          (["--method", "yarn"], "plot map needs --method NAME and --length N"),
+                          (["--method", "yarn", "--length", "9999"], "--length must be at most 2048"),
+                          (["--method", "yarn", "--length", "1"], "--length"),
+                          (["--method", "yarn", "--param", "bogus=1", "--length", "64"], "bogus")):
+        rc, err = run_cli(["plot", "map", *argv, "--out", tmp_path / "bad"], capsys)
+        assert_one_line_error(rc, err, message)
+    rc, err = run_cli(["plot", "decay", "--method", "yarn", "--out", tmp_path / "bad"], capsys)
+    assert_one_line_error(rc, err, "--method is a flag of plot map only")
+    assert not (tmp_path / "bad").exists()
