@@ -1,9 +1,19 @@
-"""mkdocs hook: the method catalogue (docs/methods.md) is generated from posenc's registries at build time
-(:data:`posenc.methods.METHODS`, ``TRAINED_METHODS``, ``HF_ONLY``), so it cannot drift from the code."""
+"""mkdocs hooks: the method catalogue (docs/methods.md) is generated from posenc's registries at build time
+(:data:`posenc.methods.METHODS`, ``TRAINED_METHODS``, ``HF_ONLY``), so it cannot drift from the code; and the results
+pages show the figures committed beside their numbers under ``benchmarks/results/`` (outside ``docs/``): a page links
+them by their path in the repository (``../../benchmarks/results/RUN/NAME.png``, right on GitHub too), and the build
+copies every such figure into the site as ``benchmarks/results/RUN/NAME.png`` and points the link there."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 MARKER = "<!-- catalogue -->"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = "benchmarks/results/"
+#: an image or link whose target climbs out of docs/ into benchmarks/results/
+OUTSIDE = re.compile(r"\]\(((?:\.\./)+)(" + re.escape(RESULTS) + r"[^)\s]+)\)")
 
 
 def _cell(text) -> str:
@@ -47,5 +57,35 @@ def catalogue() -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
-    """Replace the catalogue marker with the generated tables."""
-    return markdown.replace(MARKER, catalogue()) if MARKER in markdown else markdown
+    """Replace the catalogue marker with the generated tables; point links to committed results at the site's copy."""
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, catalogue())
+    return site_links(markdown, page.file.src_uri) if page is not None else markdown
+
+
+def _figures() -> list[str]:
+    """Every committed results figure, as its path in the repository (``benchmarks/results/RUN/NAME.png``)."""
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / RESULTS).glob("*/*.png"))
+
+
+def on_files(files, config, **kwargs):
+    """Add the committed results figures to the site, at their repository paths."""
+    from mkdocs.structure.files import File
+
+    for rel in _figures():
+        if files.get_file_from_path(rel) is None:
+            files.append(File.generated(config, rel, abs_src_path=str(ROOT / rel)))
+    return files
+
+
+def site_links(markdown: str, src_uri: str) -> str:
+    """Links of a page at ``src_uri`` (relative to docs/) that climb to ``benchmarks/results/`` in the repository,
+    rewritten to the copy in the site (one ``../`` fewer: the site's root is docs/, the repository's is its parent).
+    A link that climbs any other number of levels is left alone (mkdocs then reports it)."""
+    depth = src_uri.count("/")
+
+    def fix(m: re.Match) -> str:
+        ups, target = m.group(1), m.group(2)
+        return f"]({'../' * depth}{target})" if ups == "../" * (depth + 1) else m.group(0)
+
+    return OUTSIDE.sub(fix, markdown)

@@ -107,3 +107,118 @@ def test_built_api_pages_show_no_raw_rest_markup(tmp_path):
         html = page.read_text(encoding="utf-8")
         assert not RAW_REST.search(html), (page, RAW_REST.search(html).group(0))
     assert 'class="autorefs autorefs-internal"' in (site / "api" / "scheme" / "index.html").read_text()
+
+
+# ============================================================================ lists, figures and commands
+LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
+
+
+def run_on_lists(text: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of every Markdown list that starts right under a paragraph line: Python-Markdown
+    (mkdocs) needs a blank line there, and without one the list renders as part of the paragraph. A list under a
+    heading, inside a list, or in a code block is fine."""
+    out, fence, in_list, prev = [], False, False, ""
+    for i, line in enumerate(text.split("\n"), 1):
+        if line.lstrip().startswith("```"):
+            fence, in_list, prev = not fence, False, line
+            continue
+        if fence:
+            continue
+        if LIST_ITEM.match(line):
+            if prev.strip() and not in_list and not prev.lstrip().startswith("#"):
+                out.append((i, line))
+            in_list = True
+        elif line.strip() and (not prev.strip() and not line.startswith((" ", "\t")) or prev.lstrip().startswith("#")):
+            in_list = False  # a paragraph after a blank line (not an indented continuation) ends the list
+        prev = line
+    return out
+
+
+def test_run_on_list_detector():
+    assert run_on_lists("Text:\n- a\n- b\n") == [(2, "- a")]
+    assert run_on_lists("Text:\n\n- a\n  more\n- b\n\n1. c\n") == []
+    assert run_on_lists("## Head\n- a\n\nPara\n2. b\n```\nx\n- y\n```\n") == [(5, "2. b")]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
+def test_no_list_runs_into_the_paragraph_above(page):
+    assert run_on_lists(page.read_text()) == [], f"add a blank line before these lists in {page.name}"
+
+
+IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+RESULT_PAGES = sorted((DOCS / "results").glob("*.md"))
+
+
+def _committed_figures(page: Path) -> set[Path]:
+    """The figures committed beside the page's sources (``<!-- source: ... -->``): the PNGs of each source's run
+    folder under ``benchmarks/results/`` (none for a source directly in it: a timing or coverage JSON)."""
+    folders = {(ROOT / path).parent for paths in re.findall(r"<!-- source: (.*?) -->", page.read_text())
+               for path in paths.split()}
+    return {png for f in folders if f != ROOT / "benchmarks" / "results" for png in f.glob("*.png")}
+
+
+@pytest.mark.parametrize("page", RESULT_PAGES, ids=[p.name for p in RESULT_PAGES])
+def test_results_pages_show_their_committed_figures(page):
+    """A results page whose runs committed figures shows figures, and each is a committed file of those runs (linked
+    by its path in the repository; the docs hook serves the ones under benchmarks/results/)."""
+    committed = _committed_figures(page)
+    shown = {(page.parent / target).resolve() for alt, target in IMAGE.findall(page.read_text()) if alt}
+    if committed:
+        assert shown, f"{page.name} shows none of its runs' figures"
+        assert shown <= committed, sorted(map(str, shown - committed))
+    else:
+        assert not shown, page.name
+
+
+def test_every_results_run_with_figures_is_shown_somewhere():
+    shown = set().union(*({(p.parent / t).resolve() for _, t in IMAGE.findall(p.read_text())} for p in RESULT_PAGES))
+    for page in RESULT_PAGES:
+        runs = {png.parent for png in _committed_figures(page)}
+        assert all(any(s.parent == run for s in shown) for run in runs), page.name
+
+
+def test_every_image_in_the_docs_exists():
+    for page in PAGES:
+        for _, target in IMAGE.findall(page.read_text()):
+            assert target.startswith("http") or (page.parent / target).resolve().is_file(), (page, target)
+
+
+def test_the_hook_serves_results_figures_at_their_repository_paths():
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    text = "![a](../../benchmarks/results/bench-quick/headline.png) and [b](../../../benchmarks/results/x.png)"
+    assert hooks.site_links(text, "results/quick.md") == ("![a](../benchmarks/results/bench-quick/headline.png) and "
+                                                          "[b](../../../benchmarks/results/x.png)")
+    assert hooks.site_links("![a](../benchmarks/results/r/f.png)", "index.md") == "![a](benchmarks/results/r/f.png)"
+    assert "benchmarks/results/bench-quick/headline.png" in hooks._figures()
+
+
+def _deprecated_flags() -> dict[str, set[str]]:
+    """Subcommand -> its old spellings (hidden flags that warn: posenc.cli._common.deprecated)."""
+    import argparse
+
+    from posenc.cli import build_parser
+    from posenc.cli._common import _Deprecated
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: {s for a in p._actions if isinstance(a, _Deprecated) for s in a.option_strings}
+            for name, p in sub.choices.items()}
+
+
+def test_docs_commands_use_current_flags():
+    """No command shown in a code block of the docs (or the README) uses a flag its subcommand only keeps as an old
+    spelling (docs/cli.md's table lists them on purpose, outside code blocks)."""
+    old = _deprecated_flags()
+    assert "--hf-model" in old["eval"] and "--methods" in old["eval"]
+    bad = []
+    for page in [*PAGES, ROOT / "README.md"]:
+        for block in re.findall(r"```(?:bash|sh|text)?\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.splitlines():
+                m = re.search(r"\bposenc (\w+)\b(.*)", line)
+                if m and m.group(1) in old:
+                    used = set(re.findall(r"(?<!\S)(--[\w-]+)", m.group(2).split("#")[0])) & old[m.group(1)]
+                    bad += [f"{page.name}: {line.strip()} ({', '.join(sorted(used))})"] if used else []
+    assert not bad, bad

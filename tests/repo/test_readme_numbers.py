@@ -30,6 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("real-model-speed.md", "1.15"): "a goal of the issue that asked for the run (<= 1.15x), not a measurement",
     ("performance.md", "1020"): "the benchmark's configuration: StreamingLLM with 4 sinks + a 1020-token window",
     ("README.md", "1.25"): "the summary table's rule for 'keeps perplexity' (posenc.evals.report.suite.KEEPS_PPL)",
+    ("which-method.md", "1.25"): "the same rule, stated with the verdicts (posenc.evals.report.choose)",
     ("smollm2.md", "1.56"): "2^(20/31), NTK-aware's compression of dimension 20 at factor 2: a formula, not a result",
 }
 

@@ -1,0 +1,57 @@
+"""posenc.evals.report.choose: the committed "which method for my model" page is what the committed results render
+now, and it carries n, intervals and the caveats."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from posenc.evals.report import choose
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_committed_page_is_current():
+    assert (ROOT / choose.PAGE).read_text() == choose.page(ROOT), \
+        "docs/results/which-method.md is stale: run python -m posenc.evals.report.choose"
+
+
+def test_every_real_model_row_has_its_verdict_n_and_intervals():
+    from posenc.evals.report.suite import verdict
+
+    text = choose.page(ROOT)
+    res = json.loads((ROOT / "benchmarks/results" / choose.RUNS["real"] / "results.json").read_text())
+    for method in {r["method"] for r in res["records"]}:
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{method}` |"))
+        v = verdict(res, method)
+        assert v in row or v == "untouched", (method, row)
+        assert re.search(r"\d+/\d+ \(\d\.\d\d \[\d\.\d\d, \d\.\d\d\]\)", row), row  # k/n (value [lo, hi])
+    sections = text.split("### ")
+    extends = next(s for s in sections if s.startswith("Try first"))
+    assert "`selfextend` | extends" in extends and "`pi` |" not in extends
+
+
+def test_the_paired_comparisons_and_the_caveats_are_there():
+    text = choose.page(ROOT)
+    assert "Newcombe" in text and "minus `selfextend`" in text
+    assert "+0.25 [-0.05, +0.50]" in text  # retrieval minus dca: not separated, shown with its interval
+    caveats = text.split("## Caveats")[1]
+    for word in ("One model", "Few keys per cell", "Parameters", "Small trained models"):
+        assert word in caveats
+    assert text.startswith("<!-- source: ") and "<!-- end source -->" in text
+
+
+def test_check_finds_a_stale_page(tmp_path, capsys):
+    for run in choose.RUNS.values():
+        shutil.copytree(ROOT / "benchmarks/results" / run, tmp_path / "benchmarks/results" / run,
+                        ignore=shutil.ignore_patterns("*.png", "*.html", "cells"))
+    (tmp_path / "docs/results").mkdir(parents=True)
+    assert choose.main(["--root", str(tmp_path), "--check"]) == 1
+    assert choose.main(["--root", str(tmp_path)]) == 0
+    assert choose.main(["--root", str(tmp_path), "--check"]) == 0
+    page = tmp_path / choose.PAGE
+    page.write_text(page.read_text().replace("extends to 16k", "extends to 32k", 1))
+    assert choose.main(["--root", str(tmp_path), "--check"]) == 1
+    assert "stale: docs/results/which-method.md" in capsys.readouterr().err
