@@ -23,7 +23,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--preset", default="quick", choices=names, metavar="PRESET",
                    help="lab preset (trains small models: " + ", ".join(sorted(PRESETS)) + ") or real-model suite "
                    "preset (" + ", ".join(sorted(_suite_presets())) + ")")
-    add_out(p, "folder for results.json, report.md/html and the PNGs", required=True)
+    add_out(p, "folder for results.json, report.md/html and the PNGs: a new or empty folder, or the folder of an "
+               "earlier run of the same preset (and model), which is resumed (finished cells and checkpoints are "
+               "read back) and whose results and report are then rewritten; a folder holding anything else "
+               "(another command's results, another preset's, other files) is refused", required=True)
     p.add_argument("--model", default=None, metavar="MODEL", help="real-model presets: the model to run them on, a "
                    "Hugging Face folder or a .gguf file (default: the preset's, SmolLM2-135M)")
     p.add_argument("--runs-dir", default=None, metavar="DIR", help="checkpoint folder (default: OUT/runs)")
@@ -67,13 +70,11 @@ def _run_suite(args: argparse.Namespace) -> int:
     device, dtype = device_dtype(args)  # a device this machine lacks: one line naming --device
     if args.ray is not None:
         _check_ray(args)
-    try:
-        results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
-                            report_only=args.report_only, device=device, dtype=dtype,
-                            dispatch=None if args.ray is None else "ray", ray_address=args.ray)
-    except KeyboardInterrupt:
-        print(f"posenc: interrupted; finished cells are kept in {args.out}/cells: run the same command to continue")
-        return 130
+    # SIGINT/SIGTERM: run_suite stops with posenc.runtime.interrupt.Interrupted naming the cells folder, which
+    # posenc.cli.main prints on stderr (exit status 130/143)
+    results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
+                        report_only=args.report_only, device=device, dtype=dtype,
+                        dispatch=None if args.ray is None else "ray", ray_address=args.ray)
     missing = sum(results["meta"]["missing"].values())
     print(f"report: {args.out}/report.md ({results['meta']['cells']} cells"
           + (f"; {missing} not run yet: run without --report-only to continue)" if missing else ")"))
@@ -95,9 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from posenc.evals.lab.bench import PRESETS, run_bench
+    from posenc.evals.results_folder import check_results_folder
 
     if args.preset in _suite_presets():
+        check_results_folder(args.out, "suite", what="--out", same={"preset": args.preset})  # before any work
         return _run_suite(args)
+    check_results_folder(args.out, "lab bench", what="--out", same={"preset": args.preset})
     for flag in ("model", "cells", "report_only"):
         if getattr(args, flag):
             raise ValueError(f"--{flag.replace('_', '-')} is for the real-model presets ("

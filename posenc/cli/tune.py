@@ -36,7 +36,10 @@ def add_parser(sub) -> None:
                         "model (smollm2)")
     p.add_argument("--length", type=int, required=True, metavar="N",
                    help="the target context length in tokens (required, no default)")
-    add_out(p, "output folder (cells, results.json, report.md, the saved model)", required=True)
+    add_out(p, "output folder (cells, results.json, report.md, the saved model): a new or empty folder, or the "
+               "folder of an earlier tune of the same MODEL and --length, which is resumed (its finished cells read "
+               "back) and whose results and winner are then replaced; a folder holding anything else (another "
+               "command's results, another tune's, other files) is refused", required=True)
     p.add_argument("--budget", type=int, default=40, metavar="N",
                    help="forward passes (one prefill of one context each)")
     p.add_argument("--search", action="append", default=None, metavar="SPEC",
@@ -58,9 +61,14 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from posenc._util import check_positive_int
+    from posenc.evals.results_folder import check_results_folder
     from posenc.evals.tune.search import DEFAULT_METHODS, tune
 
-    device, dtype = device_dtype(args)  # before anything is loaded or written
+    check_results_folder(args.out, "tune", what="--out")  # before anything is loaded or written
+    for flag in ("length", "budget", "target"):
+        check_positive_int(f"--{flag}", getattr(args, flag))
+    device, dtype = device_dtype(args)
     res = tune(args.model, args.length, args.out, budget=args.budget, methods=tuple(args.search or DEFAULT_METHODS),
                longrope=args.longrope, seed=args.seed, contexts=tuple(args.context) if args.context else None,
                target=args.target, weight=args.weight, progress=not args.quiet, device=device, dtype=dtype)

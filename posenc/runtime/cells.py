@@ -11,7 +11,13 @@ Where several processes may compute one cell (workers of a cluster, a task retri
 The key is a JSON-able dict that names everything the cell's result depends on (the model, the method and
 its parameters, the length, the seed, the data's digest, ...); its file name is the SHA-256 of its
 canonical JSON. Change anything in the key and the cell is computed anew; a file that does not parse or
-whose stored key differs from the asked one is treated as missing.
+whose stored key differs from the asked one is treated as missing, and so is a file that parses but whose value
+the store's ``check`` refuses (a damaged value: a field missing or of the wrong type). A run computes a missing cell
+again and its :meth:`CellStore.put` replaces the damaged file, as it does a truncated one: the value is a pure
+function of its key, so recomputing it loses nothing, while refusing would stop a long run over one bad file.
+
+A writer killed in the middle of :meth:`CellStore.put` leaves its temp file ``.<digest>.json.*.tmp``;
+:meth:`CellStore.remove_stale_temps` removes them, called by a run that holds the folder's lock (no other writer).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from posenc.runtime.atomic import atomic_write_bytes, fsync_dir, write_temp
+from posenc.runtime.atomic import atomic_write_bytes, fsync_dir, remove_stale_temps, write_temp
 
 __all__ = ["CellStore", "cell_digest"]
 
@@ -43,10 +49,14 @@ def cell_digest(key: dict) -> str:
 
 
 class CellStore:
-    """The finished cells under ``folder`` (created on first :meth:`put`)."""
+    """The finished cells under ``folder`` (created on first :meth:`put`). ``check``: a function of a stored value
+    that says whether it is whole (True) or damaged (False, or it raises ``KeyError``/``TypeError``/``ValueError``/
+    ``IndexError``/``AttributeError``); a damaged value reads as missing (module docstring). None: every value that
+    parses is taken."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, check=None):
         self.folder = Path(folder)
+        self.check = check
 
     def path(self, key: dict) -> Path:
         return self.folder / f"{cell_digest(key)}.json"
@@ -60,7 +70,17 @@ class CellStore:
             return None
         if not isinstance(row, dict) or _canonical(row.get("key", None) or {}) != _canonical(key):
             return None
-        return row.get("value")
+        value = row.get("value")
+        return value if self._whole(value) else None
+
+    def _whole(self, value) -> bool:
+        """Whether ``value`` is a finished cell's value: not None and, with a ``check``, accepted by it."""
+        if value is None or self.check is None:
+            return value is not None
+        try:
+            return bool(self.check(value))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return False
 
     def __contains__(self, key: dict) -> bool:
         return self.get(key) is not None
@@ -112,11 +132,27 @@ class CellStore:
                 row = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if isinstance(row, dict) and isinstance(row.get("key"), dict) and path.stem == cell_digest(row["key"]):
+            if (isinstance(row, dict) and isinstance(row.get("key"), dict) and path.stem == cell_digest(row["key"])
+                    and self._whole(row.get("value"))):
                 yield row["key"], row.get("value")
+
+    def remove_stale_temps(self) -> list[Path]:
+        """Remove the temp files of cells (``.<digest>.json.*.tmp``) that killed writers left; returns them. Call it
+        only while holding the folder's lock (:class:`posenc.runtime.lock.FolderLock`): a live writer's temp file
+        would go too."""
+        if not self.folder.is_dir():
+            return []
+        names = {p.name[1:].rsplit(".", 2)[0] for p in self.folder.glob(".*.json.*.tmp")}
+        return remove_stale_temps(self.folder, {n for n in names if _is_cell_name(n)})
 
     def __len__(self) -> int:
         return sum(1 for _ in self.items())
+
+
+def _is_cell_name(name: str) -> bool:
+    """``<24 hex digits>.json``: the name of a cell's file."""
+    stem, _, ext = name.partition(".")
+    return ext == "json" and len(stem) == 24 and all(c in "0123456789abcdef" for c in stem)
 
 
 def _row(key: dict, value) -> bytes:

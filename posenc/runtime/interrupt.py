@@ -7,6 +7,12 @@ raises :class:`Interrupted` once a signal arrived. A second signal while the run
 :class:`Interrupted` at once: every file posenc writes is committed atomically, so that loses at most the
 save in progress, never a previous one. The previous handlers come back when the block ends.
 
+``StopSignals(now=message)`` stops at the first signal instead: the handler raises :class:`Interrupted` with
+``message(signal name)`` wherever the run is. For a run whose work in flight is worth nothing once stopped and whose
+every write is atomic (the cells of the suite and of ``posenc tune``: a cell being computed is simply computed again
+on resume, a cell being written is either whole or absent), so neither Ctrl-C nor a scheduler's SIGTERM waits for a
+long prefill to end.
+
 :class:`Interrupted` is a ``KeyboardInterrupt`` (``except Exception`` does not swallow it); its message is
 the one line ``posenc`` prints (:mod:`posenc.cli`), and :attr:`Interrupted.exit_status` is the shell's
 ``128 + signal number`` (130 for SIGINT, 143 for SIGTERM).
@@ -48,8 +54,9 @@ class StopSignals:
     """Records SIGINT/SIGTERM instead of dying; see the module docstring. Nesting is fine: an inner block
     restores the outer block's handler and hands a signal it recorded to the outer block."""
 
-    def __init__(self):
+    def __init__(self, now=None):
         self.signum: int | None = None
+        self.now = now  # a function of the signal name giving the message: stop at the first signal (module docstring)
         self._previous: dict[int, object] = {}
 
     @property
@@ -57,6 +64,9 @@ class StopSignals:
         return self.signum is not None
 
     def _handle(self, signum, frame) -> None:  # noqa: ARG002 - the signal module's signature
+        if self.now is not None and self.signum is None:
+            self.signum = signum
+            raise Interrupted(self.now(signal_name(signum)), signum)
         if self.signum is not None:
             raise Interrupted(f"interrupted again by {signal_name(signum)} while saving: stopped at once (what was "
                               f"committed before is intact; run the same command to resume)", signum)

@@ -84,3 +84,36 @@ def test_put_once_writes_a_cell_once(tmp_path):
     assert store.put_once(broken, {"v": 3}) is True and store.get(broken) == {"v": 3}
     with pytest.raises(ValueError, match="must not be None"):
         store.put_once({"cell": 4}, None)
+
+
+def _whole(v):
+    return isinstance(v["answers"], list)
+
+
+def test_a_damaged_value_reads_as_missing_and_put_replaces_it(tmp_path):
+    """A cell file that parses but whose value lacks a field (``KeyError: 'answers'`` in the run that read it, issue
+    50.10) reads as missing under the store's ``check``, like a truncated file, and the next ``put`` replaces it."""
+    store = CellStore(tmp_path, check=_whole)
+    key = {"cell": 1}
+    store.put(key, {"answers": [1]})
+    path = store.path(key)
+    path.write_text(json.dumps({"key": key, "value": {"answer": [1]}}))  # parses; the value is damaged
+    assert store.get(key) is None and key not in store and len(store) == 0
+    assert CellStore(tmp_path).get(key) == {"answer": [1]}  # no check: taken as it is
+    for damaged in ("not a dict", [1, 2], {"answers": None}):
+        path.write_text(json.dumps({"key": key, "value": damaged}))
+        assert store.get(key) is None
+    assert store.put_once(key, {"answers": [2]})  # a damaged file under the name is not the cell: replaced
+    assert store.get(key) == {"answers": [2]} and list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_remove_stale_temps_removes_the_temp_files_of_cells_only(tmp_path):
+    store = CellStore(tmp_path)
+    store.put({"cell": 1}, {"v": 1})
+    stale = tmp_path / f".{cell_digest({'cell': 2})}.json.x1y2z3.tmp"  # what a killed put leaves
+    stale.write_text('{"key": {"cell"')
+    other = tmp_path / ".results.json.abc.tmp"
+    other.write_text("{}")
+    assert store.remove_stale_temps() == [stale]
+    assert not stale.exists() and other.exists() and store.get({"cell": 1}) == {"v": 1}
+    assert CellStore(tmp_path / "none").remove_stale_temps() == []

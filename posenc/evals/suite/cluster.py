@@ -190,10 +190,10 @@ def _run_cell(m, folder: str, key: dict, method: str, params: dict, length: int,
 
     import torch
 
-    from posenc.evals.suite.runner import _one, _summary
+    from posenc.evals.suite.runner import _one, _summary, cell_is_whole
     from posenc.runtime.cells import CellStore
 
-    store = CellStore(folder)
+    store = CellStore(folder, check=cell_is_whole)
     worker = f"{socket.gethostname()} pid {os.getpid()}"
     if store.get(key) is not None:
         return {"wrote": False, "loaded": False, "summary": "already in the cells folder", "worker": worker}

@@ -12,7 +12,17 @@ windows at ``L``; documented per method by ``posenc schemes``), plus the preset'
 :func:`run_suite` runs every cell not yet in ``out/cells`` (:class:`posenc.runtime.cells.CellStore`): a cell is one
 prefill of one context answering all its queries (:func:`posenc.evals.suite.prefill.run_context`), stored atomically as
 soon as it finishes, so an interrupted run continues where it stopped and a run can be completed over several
-sittings. The output folder is locked (:class:`posenc.runtime.lock.FolderLock`) while a run writes it. At lengths from
+sittings. The output folder and the cells folder are locked (:class:`posenc.runtime.lock.FolderLock`, each on
+itself: two runs with cells in two folders side by side do not exclude each other) while a run writes them; a report
+of the finished cells (``report_only``) writes no cell and locks only the output folder, so it reads a cells folder it
+may not write. SIGINT or SIGTERM stops a run at once with one line naming the cells folder (a cell in flight is
+computed again on resume, every written one is whole; a damaged one is computed again,
+:func:`posenc.evals.suite.runner.cell_is_whole`); a resume first removes the temp files of killed writers.
+
+The output folder is checked before the model is loaded (:func:`posenc.evals.results_folder.check_results_folder`):
+new or empty, or the folder of an earlier run of the same preset on the same model (resumed, its results and report
+rewritten); a file, another command's results, another preset's or model's, or files the suite does not write are
+refused in one line naming ``--out``. At lengths from
 ``prune_from`` on, a method runs only if its retrieval at the previous length reached the threshold (the note in
 the results says which methods were left out and why).
 """
@@ -116,16 +126,18 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
     ``cells_dir``: keep the cells there instead, e.g. another run's ``cells`` folder. A cell's key names everything
     its result depends on (model, method, parameters, length, context, seed, suite version), not the preset, so a
     preset that shares cells with a larger one reads the cells that one finished and adds its own there; the folder
-    holding ``cells_dir`` is locked as well, so the two runs cannot write it at once.
+    ``cells_dir`` is locked as well, so two runs cannot write it at once.
 
     ``dispatch``: None runs the cells here, one after the other; ``"ray"`` runs each as a task on a Ray cluster
     (:mod:`posenc.evals.suite.cluster`: ``ray_address`` None starts a local one, ``"auto"`` or an address joins one),
     with the same cells, the same left-out pairs and the same results but for timing and machine fields."""
     from contextlib import ExitStack
 
+    from posenc.evals.results_folder import check_results_folder
     from posenc.evals.suite.results import write_results
-    from posenc.evals.suite.runner import run_cells
+    from posenc.evals.suite.runner import cell_is_whole, run_cells
     from posenc.runtime.cells import CellStore
+    from posenc.runtime.interrupt import StopSignals
     from posenc.runtime.lock import FolderLock
 
     if dispatch not in (None, "ray"):
@@ -138,9 +150,20 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
         require_ray()
     out = Path(out_dir)
     cells = out / "cells" if cells_dir is None else Path(cells_dir)
+    check_results_folder(out, "suite")  # a file, another command's results: refused before the model is loaded
+    m = load_facts(preset.model, device, dtype)
+    same = {"preset": preset.name, "model_id": m.model_id}
+    check_results_folder(out, "suite", same=same)
     with ExitStack() as stack:
-        for folder in dict.fromkeys((out.resolve(), cells.resolve().parent)):
-            stack.enter_context(FolderLock(folder, what="suite run"))
+        stack.enter_context(FolderLock(out, what="suite run", tidy=True))
+        if not report_only:  # a report reads the cells: no lock on them (a read-only cells folder works)
+            stack.enter_context(FolderLock(cells, what="suite cells", tidy=True))
+        stack.enter_context(StopSignals(now=lambda sig: f"interrupted by {sig}: the finished cells are kept in "
+                                                        f"{cells}; run the same command to continue from them"))
+        check_results_folder(out, "suite", same=same)  # now that it is ours
+        store = CellStore(cells, check=cell_is_whole)
+        if not report_only:
+            store.remove_stale_temps()  # of writers killed in an earlier run: no other writer while locked
         import torch
 
         old = torch.get_num_threads()
@@ -149,8 +172,6 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
         try:
             from posenc.evals.suite.calibration import resolve
 
-            m = load_facts(preset.model, device, dtype)
-            store = CellStore(cells)
             t0 = time.perf_counter()
             preset = resolve(preset, m, store, log, compute=not report_only)
             missing: dict[str, int] | None = {} if report_only else None

@@ -222,7 +222,8 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
     cells = [v for method in preset.methods for n in sorted(preset.lengths)
              for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
     total = sum(v.get("seconds", 0.0) for v in cells)
-    meta = {"preset": preset.name, "description": preset.description, "model": describe_source(preset.model),
+    meta = {"kind": "suite", "preset": preset.name, "description": preset.description,
+            "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "device": m.device, "dtype": m.dtype,
             "config": preset.to_dict(), "machine": machine,
             "left_out": skipped, "missing": dict(missing or {}), "complete": not missing, "cells": len(cells),

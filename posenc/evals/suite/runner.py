@@ -1,5 +1,7 @@
 """Running the suite's cells: one fresh model per (length, method), one prefill per (context, seed), each result
-stored the moment it exists; a progress bar whose ETA weighs a cell by its attention cost (length squared)."""
+stored the moment it exists; a progress bar whose ETA weighs a cell by its attention cost (length squared).
+:func:`cell_is_whole` is the cells folder's check: a stored value missing a field the results read (damaged on disk)
+reads as missing, so the run computes that cell again and replaces the file, as it does a truncated one."""
 
 from __future__ import annotations
 
@@ -11,12 +13,30 @@ from posenc.evals.suite.prefill import run_context
 from posenc.tasks.context import build_context
 from posenc.tasks.haystack import make_haystack
 
-__all__ = ["run_cells"]
+__all__ = ["cell_is_whole", "run_cells"]
 
 
 def _weight(length: int) -> float:
     """A cell's share of the progress bar: prefill cost grows like the square of the length (attention)."""
     return (length / 4096) ** 2
+
+
+def _number(x, none: bool = False) -> bool:
+    return (x is None and none) or isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def cell_is_whole(v) -> bool:
+    """Whether a stored cell value holds every field of :func:`posenc.evals.suite.prefill.run_context` that the
+    results read (:mod:`posenc.evals.suite.results`), of the right type."""
+    t = v["target"]
+    return (isinstance(v, dict) and isinstance(v["answers"], list)
+            and all(isinstance(a["kind"], str) and isinstance(a["correct"], bool) and _number(a["chance"])
+                    and _number(a["depth"]) and _number(a["distance"]) for a in v["answers"])
+            and (t is None or (_number(t["loss"]) and _number(t["accuracy"]) and _number(t["tokens"])
+                               and all(_number(b) for b in t["block_losses"])))
+            and _number(v["prefill_s"]) and _number(v["peak_rss_mb"], none=True) and _number(v["decode_tokens"])
+            and _number(v["decode_s"]) and _number(v.get("seconds", 0.0))
+            and (v.get("loadavg") is None or _number(v["loadavg"][0], none=True)))
 
 
 def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -> dict:

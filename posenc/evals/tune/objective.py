@@ -21,7 +21,8 @@ committed suite cells), so a book needle alone would add a constant, not a signa
 
 Each (candidate, context) result is a cell of a :class:`posenc.runtime.cells.CellStore` keyed by everything it depends
 on (model, method, parameters, length, context, seed, objective version), so an interrupted tune resumes without
-re-running a finished prefill, and a second tune with the same contexts reuses every cell.
+re-running a finished prefill, and a second tune with the same contexts reuses every cell; a stored cell whose value
+is damaged (:func:`cell_is_whole` says no) reads as missing and is computed again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from posenc.evals.stats.intervals import mean_interval, wilson
 
-__all__ = ["DEFAULT_CONTEXTS", "TUNE_VERSION", "TuneObjective", "candidate_record", "context_triples"]
+__all__ = ["DEFAULT_CONTEXTS", "TUNE_VERSION", "TuneObjective", "candidate_record", "cell_is_whole", "context_triples"]
 
 TUNE_VERSION = 2
 """Bumped when a cell's value changes meaning (2: haystacks per context, the target's block losses kept)."""
@@ -91,7 +92,7 @@ class TuneObjective:
         self.contexts = context_triples(self.contexts)
         if not self.weight >= 0:
             raise ValueError(f"weight must be >= 0, got {self.weight!r}")
-        self.store = CellStore(self.cells)
+        self.store = CellStore(self.cells, check=cell_is_whole)
 
     # ---------------------------------------------------------------------------------------------- model
     @property
@@ -163,6 +164,20 @@ class TuneObjective:
             if model is not None and getattr(model, "_posenc_extended", None):
                 unextend(model)
         return candidate_record(method, params, cells, self.weight)
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def cell_is_whole(v) -> bool:
+    """Whether a stored cell value has every field :meth:`TuneObjective.evaluate` writes and
+    :func:`candidate_record` reads, of the right type (a value damaged on disk reads as missing)."""
+    return (isinstance(v, dict) and (v["loss"] is None or _number(v["loss"]))
+            and (v["block_losses"] is None or all(_number(b) for b in v["block_losses"]))
+            and isinstance(v["answers"], list)
+            and all(isinstance(a["kind"], str) and isinstance(a["correct"], bool) for a in v["answers"])
+            and _number(v["prefill_s"]))
 
 
 def candidate_record(method: str, params: dict, cells: list[dict], weight: float) -> dict:

@@ -19,9 +19,17 @@ The winner is saved in the most portable form (:func:`save_winner`): a method tr
 (:mod:`posenc.evals.tune.gguf_rope`); a method only posenc's engine runs as posenc's extension
 (:func:`posenc.hf.patch.save`), with the reason no native candidate matched it.
 
-The budget counts every (candidate, context) prefill. Every evaluated (candidate, context) is a cell in
-``out/cells`` (resumable; a finished cell is never recomputed), the output folder is locked while a tune writes
-it, and ``results.json`` / ``report.md`` are written atomically.
+The budget counts every (candidate, context) prefill, a refused candidate's included (the cells it stored before it
+was refused). Every evaluated (candidate, context) is a cell in ``out/cells`` (resumable; a finished cell is never
+recomputed; a damaged one is computed again), the output folder and its cells folder are locked while a tune writes
+them, and ``results.json`` / ``report.md`` are written atomically. SIGINT or SIGTERM stops a tune at once with one
+line naming the cells folder (a cell in flight is computed again on resume; every written one is whole).
+
+``out`` is checked before the model is loaded (:func:`posenc.evals.results_folder.check_results_folder`): a new or
+empty folder, or the folder of an earlier tune of the same model at the same length, which the tune resumes and
+whose results and winner it then replaces; a file, another kind of run's results, another tune's, or files a tune
+does not write are refused in one line. So are settings that cannot run (``--length`` not past the trained length,
+``--target`` below 1, ``--length`` too short for the contexts and ``--target``), before anything is written.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 __all__ = ["DEFAULT_METHODS", "method_candidates", "ranked_table", "save_winner", "tune"]
@@ -107,6 +116,8 @@ def save_winner(objective, rows: list[dict], out: Path) -> dict:
     from posenc.hf.patch import extend, load, save
     from posenc.methods import is_identity
 
+    if not rows:
+        raise ValueError("no candidate was evaluated: nothing to save")
     best = rows[0]
     if is_identity(best["method"]):
         _drop_earlier_winner(out)
@@ -166,7 +177,8 @@ class _Spent:
 
 
 def _run_candidates(objective, cands, budget: int, bar, log) -> list[dict]:
-    """Evaluate ``cands`` in order while their prefills fit in the budget (``bar.n``: prefills counted so far)."""
+    """Evaluate ``cands`` in order while their prefills fit in the budget (``bar.n``: prefills counted so far); a
+    refused candidate counts the cells it stored (the same on a resume, where they are read back)."""
     rows = []
     per = len(objective.contexts)
     for method, params in cands:
@@ -176,6 +188,8 @@ def _run_candidates(objective, cands, budget: int, bar, log) -> list[dict]:
         try:
             row = objective.evaluate(method, params)
         except ValueError as exc:  # a parameter the method or model refuses
+            spent = per - objective.pending(method, params)  # the prefills it ran (or stored before) count
+            bar.update(spent)
             log(f"{method} {_short(params)[:60]}: refused ({exc})")
             continue
         rows.append(row)
@@ -195,23 +209,42 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
     float32 on the CPU, bfloat16 on CUDA; :class:`~posenc.evals.tune.objective.TuneObjective`). Returns the
     results dict also written to ``out/results.json``: ``meta``, ``rows`` (best first), ``winner``, ``saved``."""
     from posenc._util import check_positive_int
+    from posenc.evals.results_folder import check_results_folder
     from posenc.evals.tune.factors import INIT_RULES, evolve, initial_factors
     from posenc.evals.tune.objective import DEFAULT_CONTEXTS, TuneObjective
     from posenc.methods import NONE
     from posenc.runtime.atomic import atomic_write_json, atomic_write_text
+    from posenc.runtime.interrupt import StopSignals
     from posenc.runtime.lock import FolderLock
 
-    budget = check_positive_int("budget", budget)
+    budget = check_positive_int("--budget", budget)
+    target = check_positive_int("--target", target)
     out = Path(out)
-    with FolderLock(out, what="tune"):
+    check_results_folder(out, "tune")  # a file, another run's results: refused before the model is loaded
+    obj = TuneObjective(str(source), length, out / "cells", tuple(contexts or DEFAULT_CONTEXTS), target, weight,
+                        device, dtype)
+    f = obj.facts
+    if length <= f.train_len:
+        raise ValueError(f"--length {length} must be more than the model's trained length {f.train_len} (a tune "
+                         "extends the model past it)")
+    if budget < len(obj.contexts):
+        raise ValueError(f"--budget must be >= {len(obj.contexts)} forward passes (one per context), got {budget}")
+    for c in obj.contexts:  # every candidate prefills these: a setting that cannot build them is refused once
+        try:
+            obj._context(*c)
+        except ValueError as exc:
+            raise ValueError(f"--length {length} and --target {target}: no room for the {c[0]} context "
+                             f"{c[1]}:{c[2]} ({exc}): give a larger --length or a smaller --target") from None
+    check_results_folder(out, "tune", same={"model_id": f.model_id, "length": length})
+    cells = Path(obj.cells)
+    with ExitStack() as held:
+        held.enter_context(FolderLock(out, what="tune", tidy=True))
+        held.enter_context(FolderLock(cells, what="tune cells", tidy=True))
+        held.enter_context(StopSignals(now=lambda sig: f"interrupted by {sig}: the finished cells are kept in "
+                                                       f"{cells}; run the same command to continue from them"))
+        check_results_folder(out, "tune", same={"model_id": f.model_id, "length": length})  # now that it is ours
+        obj.store.remove_stale_temps()  # of writers killed in an earlier tune: no other writer while locked
         t0 = time.perf_counter()
-        obj = TuneObjective(str(source), length, out / "cells", tuple(contexts or DEFAULT_CONTEXTS), target, weight,
-                            device, dtype)
-        f = obj.facts
-        if length <= f.train_len:
-            raise ValueError(f"length must be > the model's trained length {f.train_len}, got {length}")
-        if budget < len(obj.contexts):
-            raise ValueError(f"budget must be >= {len(obj.contexts)} forward passes (one per context), got {budget}")
         s = length / f.train_len
         bar = _Spent(budget, progress)
         emit = bar.write if progress else log
@@ -237,9 +270,12 @@ def tune(source, length: int, out, *, budget: int = 40, methods=DEFAULT_METHODS,
                     r["label"] = f"{labels.get(tuple(r['params']['long_factor']), 'searched')} factors"
             emit(f"longrope: {len(found)} factor vectors evaluated, best score {found[0]['score']:.3f}")
         bar.close()
+        if not rows:
+            raise ValueError("every candidate was refused (the reasons are above): nothing to rank or save")
         rows.sort(key=lambda r: r["score"])
         saved = save_winner(obj, rows, out)
-        results = {"meta": {"model": str(source), "model_id": f.model_id, "train_len": f.train_len, "length": length,
+        results = {"meta": {"kind": "tune", "model": str(source), "model_id": f.model_id, "train_len": f.train_len,
+                            "length": length,
                             "device": obj.device, "dtype": obj.dtype, "budget_forwards": budget,
                             "forwards_run": obj.forwards, "seed": seed,
                             "contexts": [list(c) for c in obj.contexts], "target_tokens": target, "weight": weight,

@@ -155,7 +155,7 @@ def test_a_second_writer_is_refused(tiny, tmp_path):
 def test_a_preset_sharing_another_runs_cells_reads_them_and_counts_only_its_own(tiny, tmp_path, monkeypatch):
     """``cells_dir``: a smaller preset (one of the big run's rows plus a row of its own) reads the cells the big
     run finished, computes only its new row's, writes them into the shared folder, and its results count only its
-    own cells; the folder holding the shared cells is locked while it runs."""
+    own cells; the shared cells folder is locked while it runs."""
     from posenc.evals.suite import runner as cells
 
     big = tmp_path / "big"
@@ -173,8 +173,8 @@ def test_a_preset_sharing_another_runs_cells_reads_them_and_counts_only_its_own(
     alone = run_suite(small, tmp_path / "alone", progress=False, log=lambda m: None)
     keep = ("method", "eval_len", "ppl", "retrieval", "params")
     assert [{k: r[k] for k in keep} for r in res["records"]] == [{k: r[k] for k in keep} for r in alone["records"]]
-    with FolderLock(big):
-        with pytest.raises(FolderInUseError, match="suite run folder"):
+    with FolderLock(big / "cells"):  # a run writing the shared cells holds their folder's lock
+        with pytest.raises(FolderInUseError, match="suite cells folder .*big/cells"):
             run_suite(small, tmp_path / "other", cells_dir=big / "cells", progress=False, log=lambda m: None)
 
 
@@ -207,3 +207,220 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
     assert "retrieval 0.00 at 1024 was below 0.85 x the untouched model's 1.00" in why
     assert grid_mod._pruned(store, m, preset, "none", 2048) is None  # the baseline always runs
     assert grid_mod._pruned(store, m, preset, "rerope+logn", 1024) is None  # before prune_from
+
+
+# ------------------------------------------------------------------------------------------------ faults (issue 50)
+def _counting(monkeypatch):
+    """Count the prefills the suite runs (a resume runs only the missing cells)."""
+    from posenc.evals.suite import runner as cells
+
+    real = cells.run_context
+    counted = []
+    monkeypatch.setattr(cells, "run_context", lambda *a, **kw: counted.append(1) or real(*a, **kw))
+    return counted
+
+
+def _strip(records):
+    return [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+            for r in records]
+
+
+def test_a_damaged_cell_is_computed_again_not_a_keyerror(tiny, tmp_path, monkeypatch):
+    """A cell that parses but whose value lost a field (``KeyError: 'answers'``, 32 lines, no file named) is computed
+    again, like a truncated one; only that cell runs, and the results equal the undamaged run's."""
+    first = run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
+    path = sorted((tmp_path / "cells").glob("*.json"))[3]
+    row = json.loads(path.read_text())
+    del row["value"]["answers"]
+    path.write_text(json.dumps(row))
+    counted = _counting(monkeypatch)
+    again = run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
+    assert len(counted) == 1 and "answers" in json.loads(path.read_text())["value"]
+    assert _strip(again["records"]) == _strip(first["records"])
+    assert list((tmp_path / "cells").glob(".*.tmp")) == []
+
+
+_KILLED_WRITER = """
+import os, signal, sys, json
+from posenc.runtime import atomic
+from posenc.runtime.cells import CellStore
+atomic.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # killed with the temp file written, not moved
+CellStore(sys.argv[1]).put(json.loads(sys.argv[2]), {"answers": []})
+"""
+
+
+def test_a_resume_removes_the_temp_files_of_killed_writers(tiny, tmp_path, monkeypatch):
+    """A writer killed inside a cell write (a real SIGKILL) leaves ``.<cell>.json.*.tmp``; the resume computes the
+    missing cells and removes it."""
+    import subprocess
+    import sys
+
+    from posenc.evals.suite import runner as cells
+
+    real = cells.run_context
+    calls = []
+
+    def interrupted(*a, **kw):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cells, "run_context", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
+    r = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path / "cells"), json.dumps({"a": 1})],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == -9, r.stderr
+    assert len(list((tmp_path / "cells").glob(".*.json.*.tmp"))) == 1
+    counted = _counting(monkeypatch)
+    run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
+    assert len(counted) == 8 and len(CellStore(tmp_path / "cells")) == 12
+    assert list((tmp_path / "cells").glob(".*.tmp")) == []
+
+
+def test_out_holding_another_commands_results_is_refused_and_kept(tiny, tmp_path, monkeypatch):
+    """A suite ``--out`` pointed at a tune's folder replaced the tune's results; now refused in one line before the
+    model is loaded, the folder as it was. Another preset's folder is refused too; the run's own folder resumes."""
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    (tune / "results.json").write_text(json.dumps({"meta": {"model_id": "x", "length": 2048, "budget_forwards": 4}}))
+    (tune / "report.md").write_text("# the tune's report")
+    before = {p.name: p.read_bytes() for p in tune.iterdir()}
+    monkeypatch.setattr(grid_mod, "load_facts", lambda *a, **kw: pytest.fail("loaded the model"))
+    with pytest.raises(ValueError, match=r"^--out '.*tune' holds the results of posenc tune .*give a new or empty"):
+        run_suite(_preset(tiny), tune, progress=False, log=lambda m: None)
+    assert {p.name: p.read_bytes() for p in tune.iterdir()} == before  # no lock, no cells, nothing replaced
+    monkeypatch.undo()
+    run_suite(_preset(tiny, methods=("none",)), tmp_path / "s", progress=False, log=lambda m: None)
+    with pytest.raises(ValueError, match="another posenc bench .* run \\(preset 'tiny'; this one: preset 'other'\\)"):
+        run_suite(_preset(tiny, name="other", methods=("none",)), tmp_path / "s", progress=False, log=lambda m: None)
+    counted = _counting(monkeypatch)
+    run_suite(_preset(tiny, methods=("none",)), tmp_path / "s", progress=False, log=lambda m: None)
+    assert counted == []  # its own folder: resumed (nothing left to run), its report rewritten
+
+
+def test_sibling_cells_folders_do_not_exclude_each_other(tiny, tmp_path, monkeypatch):
+    """Runs with cells in ``sib/cellsA`` and ``sib/cellsB`` refused each other ("folder 'sib' is in use"): each locks
+    its own cells folder now. Run B starts while run A computes its first cell; a run on A's cells is still refused."""
+    from posenc.evals.suite import runner as cells
+
+    real = cells.run_context
+    nested = []
+
+    def a_cell(*a, **kw):
+        if not nested:
+            nested.append("running")  # B's own cells come through here too
+            nested.append(run_suite(_preset(tiny, methods=("none",)), tmp_path / "b", cells_dir=tmp_path / "sib" /
+                                    "cellsB", progress=False, log=lambda m: None))
+            with pytest.raises(FolderInUseError, match="suite cells folder '.*cellsA' is in use"):
+                run_suite(_preset(tiny), tmp_path / "c", cells_dir=tmp_path / "sib" / "cellsA", progress=False,
+                          log=lambda m: None)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cells, "run_context", a_cell)
+    run_suite(_preset(tiny, methods=("none",)), tmp_path / "a", cells_dir=tmp_path / "sib" / "cellsA",
+              progress=False, log=lambda m: None)
+    assert nested[1]["meta"]["cells"] == 4 and len(CellStore(tmp_path / "sib" / "cellsB")) == 4
+    assert len(CellStore(tmp_path / "sib" / "cellsA")) == 4
+
+
+_READ_ONLY = """
+import sys
+from tests.evals.suite.test_grid import _preset
+from posenc.evals.suite import run_suite
+res = run_suite(_preset(sys.argv[1]), sys.argv[3], cells_dir=sys.argv[2], report_only=True, progress=False,
+                log=lambda m: None)
+print(res["meta"]["cells"])
+"""
+
+
+def test_report_only_reads_a_read_only_cells_folder(tiny, tmp_path):
+    """``--report-only`` on a read-only cells folder failed creating ``.posenc.lock``: a report takes no lock on the
+    cells it reads. The cells folder is mounted read-only (a user namespace: a real read-only file system even for
+    root)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here to mount a read-only folder (the lock is left out of report_only either "
+                    "way: test_report_only_writes_nothing_into_the_cells_folder)")
+    run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
+    cells = tmp_path / "a" / "cells"
+    (cells / ".posenc.lock").unlink()  # as a folder copied without it
+    ro = tmp_path / "a"  # the cells folder and the folder holding it: another user's run, read-only to this one
+    mount = f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}"
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", f"{mount} && touch {cells}/probe 2>/dev/null && echo writable; "
+                        f"{sys.executable} -c '{_READ_ONLY}' {tiny} {cells} {tmp_path / 'report'}"],
+                       capture_output=True, text=True, timeout=600, cwd=str(_repo_root()))
+    assert r.returncode == 0 and "writable" not in r.stdout, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "12" and (tmp_path / "report" / "report.md").exists()
+    assert not (cells / ".posenc.lock").exists() and not (cells / "probe").exists()
+
+
+def test_report_only_writes_nothing_into_the_cells_folder(tiny, tmp_path):
+    run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
+    cells = tmp_path / "a" / "cells"
+    (cells / ".posenc.lock").unlink()
+    before = sorted(p.name for p in cells.iterdir())
+    res = run_suite(_preset(tiny), tmp_path / "r", cells_dir=cells, report_only=True, progress=False,
+                    log=lambda m: None)
+    assert res["meta"]["complete"] and sorted(p.name for p in cells.iterdir()) == before
+
+
+def _repo_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[3]
+
+
+_SIGNALLED = """
+import sys, time
+from pathlib import Path
+from tests.evals.suite.test_grid import _preset
+from posenc import cli
+from posenc.evals.suite import presets, runner
+presets.SUITE_PRESETS["tiny"] = _preset(sys.argv[1])
+real = runner.run_context
+calls = []
+def slow(*a, **kw):
+    calls.append(1)
+    if len(calls) == 3:
+        Path(sys.argv[4]).write_text("ready")  # two cells stored, the third in flight: the signal comes now
+        time.sleep(600)
+    return real(*a, **kw)
+runner.run_context = slow
+sys.exit(cli.main(["bench", "--preset", "tiny", "--out", sys.argv[2], "--cells", sys.argv[3], "--quiet"]))
+"""
+
+
+@pytest.mark.parametrize("sig, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_the_suite_with_one_line_naming_the_cells_folder(tiny, tmp_path, monkeypatch, sig, status):
+    """A real SIGINT/SIGTERM to ``posenc bench`` in the middle of a cell: one line on stderr (not stdout) naming the
+    ``--cells`` folder (not OUT/cells), exit 128 + signal (SIGTERM exited 143 with no line), the finished cells whole,
+    no temp file, and the resume computes only the missing ones."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out, cells, ready = tmp_path / "out", tmp_path / "elsewhere" / "cells", tmp_path / "ready"
+    p = subprocess.Popen([sys.executable, "-c", _SIGNALLED, str(tiny), str(out), str(cells), str(ready)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(_repo_root()))
+    deadline = time.monotonic() + 600
+    while not ready.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ready.exists(), p.communicate()[1][-3000:]
+    p.send_signal(getattr(signal, sig))
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == status, stderr[-3000:]
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("posenc")]
+    assert lines == [f"posenc: interrupted by {sig}: the finished cells are kept in {cells}; run the same command "
+                     "to continue from them"], stderr[-3000:]
+    assert "Traceback" not in stderr and "interrupted" not in stdout
+    kept = CellStore(cells)
+    assert len(kept) == 2 and len(list(cells.glob("*.json"))) == 2 and list(cells.glob(".*.tmp")) == []
+    counted = _counting(monkeypatch)
+    run_suite(_preset(tiny), out, cells_dir=cells, progress=False, log=lambda m: None)
+    assert len(counted) == 10 and len(CellStore(cells)) == 12

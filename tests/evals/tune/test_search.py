@@ -75,8 +75,9 @@ def test_tune_ranks_saves_and_resumes(tiny, tmp_path):
     assert "Recommendation" in (tmp_path / "report.md").read_text()
     again = tune(tiny, N, tmp_path, **kw)  # resumed: every cell is read back
     assert again["meta"]["forwards_run"] == 0 and again["rows"] == json.loads(json.dumps(rows))
-    with pytest.raises(ValueError, match="length must be >"):
+    with pytest.raises(ValueError, match="--length 256 must be more than the model's trained length 256"):
         tune(tiny, L, tmp_path / "short", **kw)
+    assert not (tmp_path / "short").exists()  # refused before the lock: no folder, no .posenc.lock left
 
 
 _PLAIN = """
@@ -184,3 +185,148 @@ def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, mon
     _lab_run(tmp_path / "alibi", scheme="alibi")
     with pytest.raises(ValueError, match="alibi|ALiBi|bias"):
         source_folder(tmp_path / "alibi")
+
+
+# ------------------------------------------------------------------------------------------------ faults (issue 50)
+_KW = dict(budget=3, methods=("yarn",), longrope=False, contexts=(("passkey", 0),), target=32, progress=False,
+           log=lambda m: None)
+
+
+def test_settings_that_cannot_run_are_refused_up_front_leaving_nothing(tiny, tmp_path, monkeypatch):
+    """``--target 0`` ran 26 prefills then crashed in save_winner; ``--length 64`` left a ``.posenc.lock``; ``--length
+    256`` with ``--target 256`` printed 13 refusals, then "-208 haystack tokens left". Each is one line naming the
+    flags, before any prefill, with no folder or lock left behind (a new folder or an existing empty one)."""
+    from posenc.evals.suite import prefill
+
+    monkeypatch.setattr(prefill, "run_context", lambda *a, **kw: pytest.fail("ran a prefill"))
+    (tmp_path / "empty").mkdir()
+    cases = [({"target": 0}, "--target must be an integer >= 1, got 0"),
+             ({"length": 64}, "--length 64 must be more than the model's trained length 256"),
+             ({"target": 512}, "--length 512 and --target 512: no room for the book context passkey:0 (length 512 is "
+                               "too short for 1 needles and a 512-token target (-"),
+             ({"budget": 0}, "--budget must be an integer >= 1, got 0")]
+    for change, match in cases:
+        kw = {**_KW, **change}
+        length = kw.pop("length", N)
+        for out in (tmp_path / "new", tmp_path / "empty"):
+            with pytest.raises(ValueError) as exc:
+                tune(tiny, length, out, **kw)
+            assert match in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "new").exists() and list((tmp_path / "empty").iterdir()) == []
+
+
+def test_refused_candidates_count_against_the_budget_and_nothing_run_is_no_crash(tiny, tmp_path, monkeypatch):
+    """A candidate refused after its prefills ran counted nothing (26 prefills on a budget of 2): now its stored cells
+    count, so a tune never runs more than its budget; when every candidate is refused, one line, no IndexError in
+    save_winner, no results written."""
+    from posenc.evals.tune import objective
+
+    real = objective.candidate_record
+
+    def refuse_yarn(method, *a, **kw):
+        if method == "yarn":
+            raise ValueError("refused after its prefill")
+        return real(method, *a, **kw)
+
+    monkeypatch.setattr(objective, "candidate_record", refuse_yarn)
+    res = tune(tiny, N, tmp_path / "a", **{**_KW, "budget": 2})
+    assert res["meta"]["forwards_run"] == 2 and [r["method"] for r in res["rows"]] == ["none"]
+    assert len(list((tmp_path / "a" / "cells").glob("*.json"))) == 2  # none and the first yarn: nothing more
+    again = tune(tiny, N, tmp_path / "a", **{**_KW, "budget": 2})  # resumed: the same walk, read back
+    assert again["meta"]["forwards_run"] == 0 and again["rows"] == res["rows"]
+
+    def refuse_all(*a, **kw):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(objective, "candidate_record", refuse_all)
+    with pytest.raises(ValueError, match="^every candidate was refused .*nothing to rank or save$"):
+        tune(tiny, N, tmp_path / "b", **_KW)
+    assert not (tmp_path / "b" / "results.json").exists() and not (tmp_path / "b" / "model").exists()
+    with pytest.raises(ValueError, match="no candidate was evaluated: nothing to save"):
+        save_winner(None, [], tmp_path / "c")
+
+
+def test_a_damaged_cell_is_computed_again(tiny, tmp_path):
+    first = tune(tiny, N, tmp_path, **_KW)
+    path = sorted((tmp_path / "cells").glob("*.json"))[1]
+    row = json.loads(path.read_text())
+    row["value"]["answers"] = "damaged"
+    path.write_text(json.dumps(row))
+    again = tune(tiny, N, tmp_path, **_KW)
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "prefill_s"} for r in json.loads(json.dumps(rows))]
+
+    assert again["meta"]["forwards_run"] == 1 and strip(again["rows"]) == strip(first["rows"])
+    assert isinstance(json.loads(path.read_text())["value"]["answers"], list)
+
+
+def test_out_holding_other_results_is_refused_and_its_own_is_resumed(tiny, tmp_path):
+    """``tune --out`` over a suite's results, over another tune's (another length), or a file: refused in one line
+    naming --out before the model is loaded, the folder as it was; its own folder is resumed."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "results.json").write_text(json.dumps({"meta": {"preset": "smollm2", "model_id": "x"}}))
+    (suite / "report.md").write_text("# suite")
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for out, match in ((suite, "holds the results of posenc bench (real-model preset) (preset 'smollm2')"),
+                       (afile, "exists and is not a folder")):
+        before = {p.name: p.read_bytes() for p in suite.iterdir()}
+        with pytest.raises(ValueError) as exc:
+            tune(tiny, N, out, **_KW)
+        assert str(exc.value).startswith(f"--out {str(out)!r} ") and match in str(exc.value)
+        assert {p.name: p.read_bytes() for p in suite.iterdir()} == before and afile.read_text() == "keep"
+    tune(tiny, N, tmp_path / "t", **_KW)
+    before = (tmp_path / "t" / "results.json").read_bytes()
+    with pytest.raises(ValueError, match="holds the results of another posenc tune run .*length 512; this one: "
+                                         "length 1024.*re-run that one to resume it"):
+        tune(tiny, 2 * N, tmp_path / "t", **_KW)
+    assert (tmp_path / "t" / "results.json").read_bytes() == before
+    assert tune(tiny, N, tmp_path / "t", **_KW)["meta"]["forwards_run"] == 0
+
+
+_SIGNALLED = """
+import sys, time
+from pathlib import Path
+from posenc import cli
+from posenc.evals.suite import prefill
+real = prefill.run_context
+calls = []
+def slow(*a, **kw):
+    calls.append(1)
+    if len(calls) == 3:
+        Path(sys.argv[3]).write_text("ready")  # two cells stored, the third in flight: the signal comes now
+        time.sleep(600)
+    return real(*a, **kw)
+prefill.run_context = slow
+sys.exit(cli.main(["tune", sys.argv[1], "--length", "512", "--out", sys.argv[2], "--budget", "3", "--search", "yarn",
+                   "--no-longrope", "--context", "passkey:0", "--target", "32", "--quiet"]))
+"""
+
+
+def test_sigterm_stops_a_tune_with_one_line_and_the_resume_runs_only_the_rest(tiny, tmp_path):
+    """A real SIGTERM to ``posenc tune`` in the middle of a prefill exited 143 with no line: now one line on stderr
+    naming the cells folder, exit 143, the stored cells whole, no temp file, and the resume runs only the rest."""
+    import signal
+    import time
+    from pathlib import Path
+
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    root = Path(__file__).resolve().parents[3]
+    p = subprocess.Popen([sys.executable, "-c", _SIGNALLED, str(tiny), str(out), str(ready)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=str(root))
+    deadline = time.monotonic() + 600
+    while not ready.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ready.exists(), p.communicate()[1][-3000:]
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 143, stderr[-3000:]
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("posenc")]
+    assert lines == [f"posenc: interrupted by SIGTERM: the finished cells are kept in {out / 'cells'}; run the same "
+                     "command to continue from them"], stderr[-3000:]
+    assert "Traceback" not in stderr and stdout == ""
+    assert len(list((out / "cells").glob("*.json"))) == 2 and list((out / "cells").glob(".*.tmp")) == []
+    assert not (out / "results.json").exists()
+    res = tune(tiny, N, out, **_KW)
+    assert res["meta"]["forwards_run"] == 1 and len(res["rows"]) == 3
