@@ -8,7 +8,6 @@ The table is the record of the move; nothing in posenc imports an old path (``te
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 import types
@@ -98,8 +97,9 @@ def _old_package(old: str, new: str) -> types.ModuleType:
     return module
 
 
-class _Alias(importlib.abc.Loader):
-    """Loads an old path as the module at its new path."""
+class _Alias:
+    """Loads an old path as the module at its new path (an importlib loader: ``create_module`` and ``exec_module``;
+    not derived from ``importlib.abc``, whose import would slow down every ``import posenc``)."""
 
     def __init__(self, new: str):
         self.new = new
@@ -115,8 +115,8 @@ class _Alias(importlib.abc.Loader):
         return None
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of :data:`MOVED` (and nothing else)."""
+class _MovedFinder:
+    """Finds the old paths of :data:`MOVED` (and nothing else): a meta path finder (``find_spec``)."""
 
     def find_spec(self, name, path=None, target=None):
         new = MOVED.get(name)

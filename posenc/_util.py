@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: `posenc --help` does not load it
+    import torch
 
 
 def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
@@ -23,6 +25,7 @@ def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
 
 def check_device(name: str, value) -> str:
     """Return ``value`` (a device string) if torch knows it and it is available here, else ``ValueError``."""
+    import torch
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError):
@@ -46,6 +49,7 @@ def check_dtype(name: str, value, device="cpu") -> str:
     """The dtype name (``"float32"``, ``"bfloat16"`` or ``"float16"``) that ``value`` (one of :data:`DTYPES`, or a
     ``torch.dtype`` of those) means on ``device``: ``"auto"`` is bfloat16 on CUDA and float32 elsewhere.
     ``ValueError`` naming ``name`` for anything else."""
+    import torch
     if isinstance(value, torch.dtype):
         value = str(value).removeprefix("torch.")
     if value not in DTYPES:
@@ -92,6 +96,7 @@ def as_positions(positions, batch: int | None = None, seq: int | None = None,
     Accepts ``None`` (0..seq-1), a 1-D ``[seq]`` tensor (shared by every row) or ``[batch, seq]``.
     Negative positions are refused: every scheme here measures distance from the first token.
     """
+    import torch
     if positions is None:
         if seq is None:
             raise ValueError("positions is None and seq is unknown")
@@ -124,6 +129,7 @@ def as_positions(positions, batch: int | None = None, seq: int | None = None,
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-6,
                  name: str = "tensor") -> None:
     """``torch.testing.assert_close`` on whole tensors, with max and mean |diff| in the message."""
+    import torch
     actual = torch.as_tensor(actual)
     expected = torch.as_tensor(expected)
     if actual.shape != expected.shape:

@@ -119,6 +119,8 @@ def _run(argv) -> int:
     names = None
     if argv and argv[0] in SUBCOMMANDS:
         names = {argv[0]}  # import only the module the user asked for
+    elif argv[:1] == ["--version"]:
+        names = set()  # the version alone: no subcommand's module
     parser = build_parser(names)
     args = parser.parse_args(argv)
     import logging

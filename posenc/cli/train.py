@@ -54,7 +54,7 @@ HELP = {
 
 
 def add_parser(sub) -> None:
-    from posenc.training.train import TrainConfig
+    from posenc.training.config import TrainConfig
 
     p = subparser(sub, "train", "train a TinyLM under a position scheme (resumable; torchrun for DDP)",
                   "Train a small Llama-style model (TinyLM) under a position scheme into the run folder --out. "
@@ -68,15 +68,15 @@ def add_parser(sub) -> None:
                "(e.g. pi, yarn, rerope+logn)", param_help="parameter of --method, or of --scheme's preset when no "
                "--method is given; repeatable (e.g. --param every=2)")
     p.add_argument("--init", default=None, metavar="RUN", help="start from this run folder's weights (a fine-tune)")
-    defaults = TrainConfig(out_dir="")
+    defaults = {f.name: f.default for f in fields(TrainConfig)}  # read, not built: building checks the device
     for f in fields(TrainConfig):
         if f.name in _OWN_FLAGS:
             continue
-        v = getattr(defaults, f.name)
+        v = defaults[f.name]
         kind = int if f.name == "warmup" else type(v)
         p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=v, help=HELP[f.name],
                        metavar={int: "N", float: "X"}.get(kind, "NAME"))
-    add_seed(p, defaults.seed, help="seed of the weights' init and of every batch")
+    add_seed(p, defaults["seed"], help="seed of the weights' init and of every batch")
     add_device(p)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.set_defaults(func=run)
