@@ -64,8 +64,10 @@ def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
 
 
 def _figures() -> list[str]:
-    """Every committed results figure, as its path in the repository (``benchmarks/results/RUN/NAME.png``)."""
-    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / RESULTS).glob("*/*.png"))
+    """Every committed results figure, as its path in the repository (``benchmarks/results/RUN/NAME.png``, or
+    ``benchmarks/results/NAME.png`` beside a timing JSON: ``benchmarks/figures.py``)."""
+    return sorted(p.relative_to(ROOT).as_posix() for pattern in ("*.png", "*/*.png")
+                  for p in (ROOT / RESULTS).glob(pattern))
 
 
 def on_files(files, config, **kwargs):

@@ -199,12 +199,16 @@ def merge_old(args: argparse.Namespace, old: str, new: str, new_flag: str, old_f
 
 def parse_params(items) -> dict:
     """``["k=v", ...]`` -> ``{k: v}``; a value is read as JSON when it parses (``2`` -> 2, ``true`` -> True),
-    else kept as a string."""
+    else kept as a string. A key given twice is refused (which value was meant is not for posenc to guess)."""
     out = {}
+    given = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--param expects KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
+        if k in given:
+            raise ValueError(f"--param {k} is given twice ({k}={given[k]} and {k}={v}): give it once")
+        given[k] = v
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:

@@ -38,7 +38,9 @@ def add_parser(sub) -> None:
                "takes it")
     p.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
                    help="evaluation lengths (default: the run's train_len; 256 for a Hugging Face model)")
-    add_out(p, "also write results.json, records.jsonl (one record per line), report.md, report.html and plots here")
+    add_out(p, "also write results.json, records.jsonl (one record per line), report.md, report.html and plots "
+               "into this new or empty folder (written whole at the end; a folder holding files, or a file, is "
+               "refused before anything is computed: an evaluation does not resume, and replaces nothing)")
     p.add_argument("--corpus", default=None, metavar="NAME", help="corpus name or path (default: the run's "
                    "training corpus; a Hugging Face model needs --corpus or --text)")
     p.add_argument("--text", default=None, metavar="FILE", help="Hugging Face model: a text file to score instead "
@@ -136,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     from posenc.methods import check_method_params
 
     lines_file = _old_spellings(args)
+    if args.out:
+        from posenc.evals.results_folder import check_results_folder
+
+        check_results_folder(args.out, "eval", what="--out")  # before anything is computed
     if not args.model:
         raise ValueError("give the MODEL to evaluate: a run folder of `posenc train`, a Hugging Face folder, a .gguf "
                          "file or smollm2")
@@ -201,11 +207,13 @@ def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | Non
         atomic_write_bytes(lines_file, jsonl)
     if args.out:
         from posenc.evals.report.evaluation import write_eval_report
+        from posenc.runtime.folders import staged_folder
 
         out = Path(args.out)
-        results = {"meta": {"command": "posenc eval", "source": args.model, "lengths": args.lengths,
+        results = {"meta": {"kind": "eval", "command": "posenc eval", "source": args.model, "lengths": args.lengths,
                             "methods": list(args.method)}, "records": records}
-        atomic_write_json(out / "results.json", results, indent=1)
-        atomic_write_bytes(out / "records.jsonl", jsonl)
-        paths = write_eval_report(results, out)
-        print(f"report: {paths['html']}")
+        with staged_folder(out, what="--out") as staging:  # the folder appears whole, or not at all
+            atomic_write_json(staging / "results.json", results, indent=1)
+            atomic_write_bytes(staging / "records.jsonl", jsonl)
+            paths = write_eval_report(results, staging)
+        print(f"report: {out / paths['html'].name}")

@@ -43,6 +43,9 @@ def _target(out: str, kind: str) -> Path:
         warn(f"--out {out}: --out is a folder now; a .png file is deprecated and will be removed in the next release "
              f"(--out DIR writes DIR/{kind}.png)")
         return path
+    from posenc.runtime.folders import check_target
+
+    check_target(path, what="--out", replace=True)  # a file: one line naming --out, not [Errno 17]
     if not path.is_dir():
         if not path.parent.is_dir():  # never create a chain of folders (a typo would make them from the root)
             raise ValueError(f"--out folder {str(path)!r} cannot be created: {str(path.parent)!r} does not exist")

@@ -71,3 +71,32 @@ def test_eval_factor_is_used_and_printed(run_dir, capsys, tmp_path):
 def test_hf_model_without_text_errors_cleanly(capsys):
     assert cli_main(["eval", "--hf-model", "some/dir"]) == 2
     assert "'some/dir' is not a run folder of `posenc train`, a Hugging Face model folder" in capsys.readouterr().err
+
+
+def test_eval_out_that_is_a_file_or_holds_files_is_refused_before_anything_is_computed(run_dir, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """``--out afile`` gave ``[Errno 17] File exists`` after the whole table was computed; ``--out`` over earlier
+    results replaced them. Both are one line naming --out now, before any evaluation, the files as they were."""
+    from posenc.evals.lab import evaluate
+
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda *a, **kw: pytest.fail("evaluated before refusing"))
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    rc, err = run_cli(["eval", run_dir, "--out", afile], capsys)
+    assert_one_line_error(rc, err, f"--out {str(afile)!r} exists and is not a folder")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "results.json").write_text('{"meta": {"command": "posenc eval"}}')
+    rc, err = run_cli(["eval", run_dir, "--out", earlier], capsys)
+    assert_one_line_error(rc, err, f"--out {str(earlier)!r} already holds files (results.json): give a new or empty")
+    assert afile.read_text() == "keep" and [p.name for p in earlier.iterdir()] == ["results.json"]
+    assert (earlier / "results.json").read_text() == '{"meta": {"command": "posenc eval"}}'
+
+
+def test_a_repeated_param_is_refused_naming_it(run_dir, capsys, monkeypatch):
+    """``--param factor=2 --param factor=4`` silently kept 4: one line naming --param and the key, nothing run."""
+    from posenc.evals.lab import evaluate
+
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda *a, **kw: pytest.fail("evaluated"))
+    rc, err = run_cli(["eval", run_dir, "--method", "yarn", "--param", "factor=2", "--param", "factor=4"], capsys)
+    assert_one_line_error(rc, err, "--param factor is given twice (factor=2 and factor=4): give it once")

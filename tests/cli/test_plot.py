@@ -82,3 +82,12 @@ def test_plot_map(tmp_path, capsys):
     rc, err = run_cli(["plot", "decay", "--method", "yarn", "--out", tmp_path / "bad"], capsys)
     assert_one_line_error(rc, err, "--method is a flag of plot map only")
     assert not (tmp_path / "bad").exists()
+
+
+def test_plot_out_that_is_a_file_is_one_line_naming_out(tmp_path, capsys):
+    """``plot decay --out afile`` gave ``[Errno 17] File exists``: one line naming --out, the file kept, no picture."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    rc, err = run_cli(["plot", "decay", "--out", afile, "--max-distance", "50"], capsys)
+    assert_one_line_error(rc, err, f"--out {str(afile)!r} exists and is not a folder")
+    assert afile.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

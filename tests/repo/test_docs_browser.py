@@ -37,7 +37,8 @@ def _figures_on(page: str) -> int:
 PAGES = {"atlas/index.html": ("atlas.md", "atlas"),
          "results/which-method/index.html": ("results/which-method.md", "which-method"),
          "results/quick/index.html": ("results/quick.md", "results-quick"),
-         "results/smollm2/index.html": ("results/smollm2.md", "results-smollm2")}
+         "results/smollm2/index.html": ("results/smollm2.md", "results-smollm2"),
+         "results/performance/index.html": ("results/performance.md", "results-performance")}
 
 pytestmark = pytest.mark.slow
 
