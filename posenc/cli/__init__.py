@@ -8,6 +8,7 @@ file wires the subcommands together and turns user errors into one line."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -63,12 +64,13 @@ def main(argv=None) -> int:
     ``train``/``bench``, which save first) prints ``posenc: <what was saved>`` and returns 128 + the signal
     number. Set ``POSENC_DEBUG=1`` to get the traceback instead."""
     debug = os.environ.get("POSENC_DEBUG", "") not in ("", "0")
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _run(argv)
     except USER_ERRORS as exc:
         if debug:
             raise
-        print(f"posenc: error: {with_hint(exc)}", file=sys.stderr)
+        print(f"posenc: error: {named_path(exc, argv) or with_hint(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C; posenc.runtime.interrupt.Interrupted says what a run saved
         if debug:
@@ -114,8 +116,25 @@ def with_hint(exc: BaseException) -> str:
     return message[:m.end()] + hint + message[m.end():]
 
 
+def named_path(exc: BaseException, argv: list[str]) -> str | None:
+    """An ``OSError`` about a path the user typed as a flag's value, as one line naming the flag and the path
+    (``--text /x.txt: No such file or directory``); None for any other error."""
+    from pathlib import Path
+
+    filename = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    if filename is None:
+        return None
+    why = exc.strerror or type(exc).__name__
+    for i, item in enumerate(argv):
+        flag, eq, value = item.partition("=")
+        if not (eq and flag.startswith("--")):
+            flag, value = (argv[i - 1], item) if i and argv[i - 1].startswith("--") else ("", "")
+        if flag and value and str(Path(value)) == str(Path(filename)):
+            return f"{flag} {value}: {why}"
+    return None
+
+
 def _run(argv) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     names = None
     if argv and argv[0] in SUBCOMMANDS:
         names = {argv[0]}  # import only the module the user asked for
@@ -130,8 +149,49 @@ def _run(argv) -> int:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("[posenc] %(message)s"))
         logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
-    return int(args.func(args) or 0)
+    quiet = getattr(args, "quiet", False)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    if not quiet:
+        return int(args.func(args) or 0)
+    with library_bars_off():
+        return int(args.func(args) or 0)
+
+
+# the progress bars of the libraries posenc loads models with: (module, is_on, off, on)
+_LIBRARY_BARS = (
+    ("transformers.utils.logging", "is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar"),
+    ("huggingface_hub.utils", None, "disable_progress_bars", "enable_progress_bars"),
+)
+
+
+@contextlib.contextmanager
+def library_bars_off():
+    """``--quiet`` for transformers' and huggingface_hub's own bars too ("Loading weights", "Writing model shards"):
+    off for the command, as they were after it (the tests run many commands in one process). The environment
+    variable covers a library the command imports first; the libraries' switches cover one already imported."""
+    env = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    before = {name: (sys.modules[name], is_on is None or getattr(sys.modules[name], is_on)())
+              for name, is_on, _, _ in _LIBRARY_BARS if name in sys.modules}
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    for name, _, off, _ in _LIBRARY_BARS:
+        if name in sys.modules:
+            getattr(sys.modules[name], off)()
+    try:
+        yield
+    finally:
+        if env is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = env
+        import warnings
+
+        for name, _, _, on in _LIBRARY_BARS:
+            module = sys.modules.get(name)
+            was_on = before[name][1] if name in before else env in (None, "", "0")
+            if module is not None and was_on:
+                with warnings.catch_warnings():  # huggingface_hub imported under the variable keeps it: a no-op
+                    warnings.simplefilter("ignore")
+                    getattr(module, on)()
 
 
 if __name__ == "__main__":

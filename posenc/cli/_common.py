@@ -45,7 +45,7 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '?([^'\s]*)'? \(choose from (.*)\
 
 class Formatter(argparse.HelpFormatter):
     """Help with every option's default shown: appended as ``(default: X)`` unless the help already says
-    what the default is. Descriptions are filled paragraph by paragraph (blank lines kept)."""
+    what the default is or the flag is required. Descriptions are filled paragraph by paragraph (blank lines kept)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
@@ -55,8 +55,8 @@ class Formatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.help is argparse.SUPPRESS or "default" in text or not action.option_strings:
-            return text
+        if action.help is argparse.SUPPRESS or "default" in text or not action.option_strings or action.required:
+            return text  # a required flag has no default to show
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             return text
         return f"{text} (default: {show_default(action.default).replace('%', '%%')})"
@@ -223,6 +223,50 @@ def params_from_args(args: argparse.Namespace) -> dict:
         if getattr(args, k, None) is not None:
             params[k] = getattr(args, k)
     return params
+
+
+def typed_params(args: argparse.Namespace) -> dict:
+    """How each method parameter of :func:`params_from_args` was typed: ``{"factor": "--factor 0.5", "group":
+    "--param group=0"}`` (the shortcut wins, as in :func:`params_from_args`)."""
+    typed = {k: f"--param {item}" for item in getattr(args, "param", None) or [] for k in [item.split("=", 1)[0]]}
+    for k in ("factor", "window"):
+        if getattr(args, k, None) is not None:
+            typed[k] = f"--{k} {getattr(args, k):g}"
+    return typed
+
+
+def check_method_flags(spec, params: dict, *, hf: bool = False, length=None, length_flag: str = "",
+                       typed: dict | None = None) -> None:
+    """Before anything is loaded: every parameter given is inside the range of the method it goes to (the first method
+    of ``spec`` that takes it), and every parameter without a default is given, or one its rule names as the
+    alternative (``"required (or alpha)"``), or, where the method derives it from a length, ``length`` (the value of
+    ``length_flag``, e.g. ``--length N``). The message names the flag and the method as the user typed them
+    (``typed``: :func:`typed_params`)."""
+    import re
+
+    from posenc.methods import parse_methods, split_spec
+
+    if spec is None:
+        return
+    routed: set[str] = set()
+    for as_typed, method in zip(split_spec(spec), parse_methods(spec, hf=hf)):
+        from_length = set(method.length_defaults(1024, 4096, 64)) if method.eval_defaults else set()
+        for p in method.params:
+            value = params.get(p.name)
+            if value is None:
+                alternatives = set(re.findall(r"\bor (\w+)", p.rule))
+                if not p.required or alternatives & set(params) or (length is not None and p.name in from_length):
+                    continue
+                need = {"factor": "--factor F", "window": "--window W"}.get(p.name, f"--param {p.name}=VALUE")
+                need += "".join(f" or --param {a}=VALUE" for a in sorted(alternatives))
+                need += f" or {length_flag}" if length_flag and p.name in from_length else ""
+                raise ValueError(f"--method {as_typed} needs {need} ({as_typed}'s {p.name} has no default)")
+            if p.name not in routed and not p.contains(value):
+                typed_flag = (typed or {}).get(p.name) or (f"--{p.name} {value}" if p.name in ("factor", "window")
+                                                            else f"--param {p.name}={value}")
+                rng = " | ".join(p.choices) if p.choices is not None else p.range_text()
+                raise ValueError(f"{typed_flag} is out of range for {as_typed}: its {p.name} must be {rng}")
+            routed.add(p.name)
 
 
 def floats(s: str) -> list[float]:

@@ -8,7 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from posenc.cli._common import add_method, add_out, deprecated, merge_old, params_from_args, subparser
+from posenc.cli._common import (
+    add_method,
+    add_out,
+    check_method_flags,
+    deprecated,
+    merge_old,
+    params_from_args,
+    subparser,
+    typed_params,
+)
 
 
 def add_parser(sub) -> None:
@@ -45,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from posenc.runtime.folders import check_target
 
     check_target(args.out, what="--out")  # before the model is loaded: nothing to undo
+    check_method_flags(args.method, params_from_args(args), hf=True, length=args.length, length_flag="--length N",
+                       typed=typed_params(args))
     if args.length is not None:
         from posenc._util import check_positive_int
 

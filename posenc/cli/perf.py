@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     p.add_argument("benchmarks", nargs="*", metavar="BENCHMARK", help="benchmark modules to run, e.g. bench_rope "
                    "(default: all of them)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run in about a minute")
-    add_out(p, "folder for the *.json files and perf.md", default="benchmarks/results")
+    add_out(p, "folder for the *.json files and perf.md (runs/ is git-ignored: a run never overwrites the "
+               "committed benchmarks/results, which `make perf` writes)", default="runs/perf")
     deprecated(p, "--only", dest="old_only", use="give the benchmark names as positional arguments")
     p.set_defaults(func=run)
 

@@ -22,7 +22,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                   "Draw one analysis picture as OUT/KIND.png (map: OUT/map-METHOD.png): "
                   + "; ".join(f"{k}: {v}" for k, v in KINDS.items()))
     p.add_argument("kind", choices=sorted(KINDS), metavar="KIND", help="decay, frequencies, rotations or map")
-    add_out(p, "folder for KIND.png (created when its parent exists)", default=".")
+    add_out(p, "folder for KIND.png (created with its parents when missing)", default=".")
     p.add_argument("--head-dim", type=int, default=None, metavar="N",
                    help="attention head dimension (default: 128; map: 64)")
     p.add_argument("--base", type=float, default=10000.0, metavar="X", help="RoPE base")
@@ -42,14 +42,12 @@ def _target(out: str, kind: str) -> Path:
     if path.suffix.lower() == ".png":  # the old spelling: --out FILE.png
         warn(f"--out {out}: --out is a folder now; a .png file is deprecated and will be removed in the next release "
              f"(--out DIR writes DIR/{kind}.png)")
+        path.parent.mkdir(parents=True, exist_ok=True)  # missing folders created, as every command's --out
         return path
     from posenc.runtime.folders import check_target
 
     check_target(path, what="--out", replace=True)  # a file: one line naming --out, not [Errno 17]
-    if not path.is_dir():
-        if not path.parent.is_dir():  # never create a chain of folders (a typo would make them from the root)
-            raise ValueError(f"--out folder {str(path)!r} cannot be created: {str(path.parent)!r} does not exist")
-        path.mkdir()
+    path.mkdir(parents=True, exist_ok=True)  # with its missing parents, as every command's --out (extend, eval, ...)
     return path / f"{kind}.png"
 
 

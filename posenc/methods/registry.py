@@ -8,6 +8,7 @@ reads its attributes; it does not compare method names (``tests/methods/test_reg
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 
 from posenc.methods import common, dca, embeddings, masks, remaps, retrieval, scales, schedules, trained
@@ -70,7 +71,9 @@ class UnknownMethodError(ValueError):
 
     def __init__(self, name: str, known):
         self.name, self.known = name, sorted(known)
-        super().__init__(f"unknown method {name!r}; inference-time methods (combine with '+'): {self.known}")
+        close = difflib.get_close_matches(str(name), self.known, n=1, cutoff=0.6)  # the CLI's "did you mean" rule
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        super().__init__(f"unknown method {name!r}{hint}; inference-time methods (combine with '+'): {self.known}")
 
 
 def _table(identity: bool, hf: bool) -> Mapping[str, Method]:

@@ -249,6 +249,10 @@ def _parse_config(path: Path) -> dict:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(_fix(path, f"is not valid JSON ({exc})")) from None
+    if isinstance(config, dict) and "model_type" in config and "scheme" not in config:  # not damaged: not a run
+        raise ValueError(f"{path.parent} holds a Hugging Face model ({path.name} has model_type "
+                         f"{config['model_type']!r}), not a run of `posenc train`; the commands that take a MODEL "
+                         f"(generate, eval, extend, tune) read it as it is")
     if not isinstance(config, dict) or "scheme" not in config:
         raise ValueError(_fix(path, "does not hold a model config (no 'scheme' key)"))
     if "extra" in config and not isinstance(config["extra"], dict):

@@ -12,7 +12,7 @@ from posenc import cli
 from posenc.cli import SUBCOMMANDS, build_parser
 
 # The positional argument is the thing acted on, named by what it is (never ckpt/run_dir/checkpoint).
-POSITIONAL = {"eval": "MODEL", "generate": "RUN", "extend": "MODEL", "export": "RUN", "plot": "KIND",
+POSITIONAL = {"eval": "MODEL", "generate": "MODEL", "extend": "MODEL", "export": "RUN", "plot": "KIND",
               "perf": "BENCHMARK", "schemes": "NAME", "compat": "FAMILY", "data": "CORPUS", "tune": "MODEL"}
 # Commands that run a model take --device (and --dtype where it may run in another precision than float32);
 # commands that draw random numbers take --seed.
@@ -105,14 +105,18 @@ def test_method_is_a_spec_with_its_parameters(name):
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
 def test_every_flag_has_help_with_its_default(name, capsys):
-    """Every flag has help, and the help shows the default (argparse's help format, or the help's own words)."""
+    """Every flag has help, and the help shows the default (argparse's help format, or the help's own words); a
+    required flag shows none (it has none: "(default: none)" would say it may be left out)."""
     parser = PARSERS[name]
     for flag, action in _options(parser).items():
         if flag == "--help":
             continue
         assert action.help, f"posenc {name} {flag} has no help"
         shown = parser._get_formatter()._get_help_string(action)
-        assert "default" in shown, f"posenc {name} {flag}: {shown!r}"
+        if action.required:
+            assert "(default: " not in shown, f"posenc {name} {flag} is required: {shown!r}"
+        else:
+            assert "default" in shown, f"posenc {name} {flag}: {shown!r}"
         assert "_" not in flag, f"posenc {name} {flag}: flags use dashes"
     text = _help(name, capsys)
     assert "(default: " in text or name in ("data",), text

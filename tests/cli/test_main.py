@@ -71,7 +71,11 @@ CASES = [
     (["plot", "rotations", "--out", "/tmp", "--head-dim", "0"], "--head-dim must be an integer >= 2"),
     (["plot", "rotations", "--out", "/tmp", "--base", "0"], "--base must be"),
     # generate / bench
-    (["generate", NO, "--prompt", "hi"], "is not a posenc checkpoint folder"),
+    (["generate", NO, "--prompt", "hi"], "model '/nonexistent/posenc-run' is neither a folder, a .gguf file, nor a "
+                                         "bundled model"),
+    (["generate", "smolm2", "--prompt", "hi"], "model 'smolm2' (did you mean 'smollm2'?)"),
+    (["extend", "smolm2", "--method", "yarn", "--factor", "2", "--out", NO],
+     "model 'smolm2' (did you mean 'smollm2'?)"),
     (["generate", NO, "--prompt", "hi", "--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
     (["generate", NO, "--prompt", "hi", "--max-new-tokens", "-2"], "--max-new-tokens must be an integer >= 1"),
     (["generate", NO, "--prompt", "hi", "--param", "x"], "--param expects KEY=VALUE"),
@@ -192,3 +196,55 @@ def _parser_with(module, func):
         return parser
 
     return build
+
+
+# ------------------------------------------------------------------------------ a path the user typed, named
+def test_a_missing_file_names_its_flag_and_path(capsys):
+    """``--text /nonexistent.txt``: one line naming the flag and the path, not a bare ``[Errno 2]``; nothing loaded."""
+    missing = "/nonexistent/posenc-text.txt"
+    rc, err = run_cli(["eval", "smollm2", "--text", missing], capsys)
+    assert_one_line_error(rc, err, f"--text {missing}: No such file or directory")
+    rc, err = run_cli(["eval", "smollm2", f"--text={missing}"], capsys)
+    assert_one_line_error(rc, err, f"--text {missing}: No such file or directory")
+    assert not Path(missing).exists()
+
+
+def test_an_os_error_about_another_path_keeps_its_own_message(monkeypatch, capsys):
+    def fail(argv):
+        raise FileNotFoundError(2, "No such file or directory", "/somewhere/else")
+
+    monkeypatch.setattr(cli, "_run", fail)
+    rc, err = run_cli(["eval", "x", "--text", "/a.txt"], capsys)
+    assert_one_line_error(rc, err, "[Errno 2] No such file or directory: '/somewhere/else'")
+
+
+def test_real_command_names_the_missing_text_file():
+    res = _posenc("eval", "smollm2", "--text", "/nonexistent.txt")
+    assert res.returncode == 2 and res.stderr.strip() == "posenc: error: --text /nonexistent.txt: No such file or " \
+                                                        "directory", res.stderr
+
+
+# ------------------------------------------------------------------------------ --quiet: the libraries' bars too
+def _tiny_folder(path):
+    from tests.support.tiny_hf import make_model
+
+    make_model("llama").save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_hides_the_bars_of_transformers(quiet, tmp_path, capsys, monkeypatch):
+    """transformers' "Loading weights" and "Writing model shards" bars: shown without --quiet, hidden with it, and as
+    they were after the command (the switch does not leak into the next command of the process)."""
+    import transformers.utils.logging as tlog
+
+    base = _tiny_folder(tmp_path / "base")
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    tlog.enable_progress_bar()
+    capsys.readouterr()
+    argv = ["extend", base, "--method", "yarn", "--factor", "2", "--out", tmp_path / "out"] + (["--quiet"] * quiet)
+    rc, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    shown = "Loading weights" in err or "Writing model shards" in err
+    assert shown != quiet, err
+    assert tlog.is_progress_bar_enabled() and os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") is None

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from posenc.cli import main as cli_main
 from tests.support.cli import assert_one_line_error, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -39,10 +40,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 
-def test_plot_does_not_create_missing_folders(tmp_path, capsys):
-    rc, err = run_cli(["plot", "decay", "--out", tmp_path / "a" / "b" / "x.png"], capsys)
-    assert_one_line_error(rc, err, "does not exist; create it first")
-    assert not (tmp_path / "a").exists()
+def test_plot_creates_missing_parents_as_every_out_does(tmp_path, capsys):
+    """``plot --out a/b`` creates a and b, as ``extend --out a/b`` does (one convention for --out); a file in the way
+    is one line naming --out, and nothing is created."""
+    assert cli_main(["plot", "decay", "--out", str(tmp_path / "a" / "b"), "--max-distance", "50"]) == 0
+    assert _is_png(tmp_path / "a" / "b" / "decay.png")
+    assert cli_main(["plot", "decay", "--out", str(tmp_path / "c" / "d" / "x.png"), "--max-distance", "50"]) == 0
+    assert _is_png(tmp_path / "c" / "d" / "x.png")  # the old --out FILE.png spelling too
+    capsys.readouterr()
+    (tmp_path / "file").write_text("keep")
+    rc, err = run_cli(["plot", "decay", "--out", tmp_path / "file" / "e"], capsys)
+    assert_one_line_error(rc, err, f"--out {tmp_path / 'file' / 'e'}")
+    assert (tmp_path / "file").read_text() == "keep"
 
 
 # ------------------------------------------------------------------------------------------------ real processes
@@ -55,10 +64,10 @@ def _posenc(*argv, debug=False, cwd=ROOT):
                           env=env, cwd=cwd, timeout=120)
 
 
-def test_real_plot_command_creates_no_folder(tmp_path):
-    res = _posenc("plot", "decay", "--out", tmp_path / "x" / "y" / "d.png", cwd=tmp_path)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert not (tmp_path / "x").exists()
+def test_real_plot_command_creates_the_missing_parents(tmp_path):
+    res = _posenc("plot", "decay", "--out", tmp_path / "x" / "y", "--max-distance", "50", cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert _is_png(tmp_path / "x" / "y" / "decay.png")
 
 
 def test_plot_map(tmp_path, capsys):

@@ -385,3 +385,18 @@ def test_hf_gqa_llama_cached_equals_full(spec, kw):
             cache = out.past_key_values
             steps.append(out.logits)
     assert relative_error(torch.cat(steps, dim=1), full) <= 1e-5
+
+
+def test_a_mistyped_method_says_did_you_mean_and_changes_nothing():
+    """``posenc.hf.extend(m, "yran")`` in Python says what the CLI says: the closest known name."""
+    model = make_model("llama")
+    config = model.config.to_dict()
+    x = ids()
+    with torch.no_grad():
+        before = model(x).logits
+    for spec, hint in (("yran", "yarn"), ("rerope+lgn", "logn"), ("lineer", "linear")):
+        with pytest.raises(ValueError, match=rf"unknown method '{spec.split('+')[-1]}' \(did you mean '{hint}'\?\)"):
+            posenc.hf.extend(model, spec, factor=2.0)
+    assert model.config.to_dict() == config and not getattr(model, "_posenc_extended", None)
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, before)

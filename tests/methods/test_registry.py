@@ -263,3 +263,13 @@ def test_no_method_name_comparisons_outside_the_registries():
     offenders = [f"{p.relative_to(PACKAGE.parent)}:{line}: {code}" for p in sources
                  for line, code in name_comparisons(p.read_text(encoding="utf-8"))]
     assert not offenders, "compare record attributes, not method names:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("spec, kw, hint", [("yran", {}, "yarn"), ("lineer", {"hf": True}, "linear"),
+                                            ("rerope+lgn", {}, "logn"), ("zzzzzz", {}, None)])
+def test_an_unknown_name_says_the_closest_known_one(spec, kw, hint):
+    """The registry's error carries "did you mean" itself, so a Python caller gets what the command line prints."""
+    with pytest.raises(UnknownMethodError) as err:
+        parse_methods(spec, **kw)
+    said = str(err.value)
+    assert (f"(did you mean {hint!r}?)" in said) if hint else ("did you mean" not in said)

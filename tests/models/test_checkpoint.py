@@ -491,3 +491,18 @@ def test_generate_cli_loader_accepts_a_plain_tokenizer_name(run_dir):
     (run_dir / ckpt.CONFIG_FILE).write_text(json.dumps(cfg))
     model, tok = ckpt.load_run(str(run_dir))
     assert tok.vocab_size == 257 and model.cfg.vocab_size == 32
+
+
+def test_a_hugging_face_folder_is_not_called_a_damaged_run(tmp_path):
+    """A good model handed to the run loader (a Hugging Face folder, one ``posenc extend`` wrote) is named as what it
+    is; only a damaged run gets the advice to delete the run folder."""
+    from tests.support.tiny_hf import make_model
+
+    make_model("llama").save_pretrained(tmp_path / "hf")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()}
+    with pytest.raises(ValueError) as err:
+        ckpt.load_run(tmp_path / "hf")
+    said = "holds a Hugging Face model (config.json has model_type 'llama'), not a run of `posenc train`"
+    assert said in str(err.value)
+    assert "delete" not in str(err.value) and "damaged" not in str(err.value)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()} == before
