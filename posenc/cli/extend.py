@@ -25,7 +25,9 @@ def add_parser(sub) -> None:
                   "Load MODEL, apply --method to it and save the result with its tokenizer into --out. A method "
                   "transformers implements (yarn, pi/linear, dynamic_ntk, llama3, longrope) is saved as a plain "
                   "transformers folder; any other is saved in posenc's wrapper form, which posenc.hf.load (or "
-                  "from_pretrained with trust_remote_code=True) loads extended. The command prints how to load it.")
+                  "from_pretrained with trust_remote_code=True) loads extended. The command prints how to load it and "
+                  "its size on disk: a .gguf (the bundled smollm2 included) is de-quantized, so the folder holds "
+                  "float32 weights, several times the size of the quantized file.")
     p.add_argument("model", nargs="?", metavar="MODEL", help="a Hugging Face folder, a .gguf file, or a bundled "
                    "model (smollm2)")
     add_method(p, "method or composition a+b, e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
@@ -79,5 +81,20 @@ def run(args: argparse.Namespace) -> int:
                f"max_position_embeddings {cfg.get('max_position_embeddings')}")
     print(json.dumps({"saved": str(out), "rope_parameters": cfg.get("rope_parameters"),
                       "max_position_embeddings": cfg.get("max_position_embeddings"), "posenc": saved_record(out),
-                      "load": how}))
+                      "size": _size(out, model, args.model), "load": how}))
     return 0
+
+
+def _size(out, model, source) -> str:
+    """The saved folder's size on disk, its weights' dtype and, for a GGUF source, the quantized file's size (a user
+    who extends a 98 MB .gguf gets a folder several times larger, and should hear it)."""
+    from pathlib import Path
+
+    from posenc.hf.source import BUNDLED, bundled_gguf, is_gguf
+
+    saved = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+    said = f"{saved / 1e6:.0f} MB on disk, weights in {str(model.dtype).removeprefix('torch.')}"
+    gguf = bundled_gguf(source) if isinstance(source, str) and source in BUNDLED else Path(source)
+    if is_gguf(gguf):
+        said += f" (de-quantized from the {gguf.stat().st_size / 1e6:.0f} MB .gguf {gguf.name})"
+    return said

@@ -407,3 +407,17 @@ def test_a_kill_between_the_weights_and_the_wrapper_leaves_no_loadable_folder(tm
     hf.save(hf.extend(make_model("llama"), "rerope", window=8), out)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
     assert json.loads((out / "config.json").read_text())["model_type"] == "posenc_extended"
+
+
+def test_extend_says_the_size_it_wrote(tmp_path, capsys):
+    """The printed record says how big the saved folder is and in which dtype (a .gguf source also says it was
+    de-quantized: tests/repo/test_readme.py runs the README's command on the bundled model)."""
+    from posenc.cli import main
+
+    make_model("llama").save_pretrained(tmp_path / "base")
+    capsys.readouterr()
+    assert main(["extend", str(tmp_path / "base"), "--method", "yarn", "--factor", "2", "--out", str(tmp_path / "y"),
+                 "--quiet"]) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["size"]
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "y").rglob("*") if p.is_file())
+    assert said == f"{on_disk / 1e6:.0f} MB on disk, weights in float32", said

@@ -20,7 +20,7 @@ def stated_shapes(block: str) -> dict[str, tuple[int, ...]]:
 
 def test_readme_has_python_examples_with_stated_shapes():
     assert len(BLOCKS) == len(IMPLIED)
-    assert stated_shapes(BLOCKS[0]) == {"out": (1, 4, 4096, 64)}
+    assert stated_shapes(BLOCKS[0]) == {"out": (1, 4, 4096, 64), "inv_freq": (64,)}
     assert stated_shapes(BLOCKS[1]) == {"y": (2, 100, 256)}
     assert stated_shapes(BLOCKS[3]) == {"logits": (1, 6, 257)}
     assert stated_shapes(BLOCKS[4]) == {"pos": (1, 196, 2), "z": (2, 196, 192)}
@@ -49,3 +49,33 @@ def test_readme_method_table_names_every_preset_and_method():
     registered = set(METHODS) | set(PositionScheme.presets())
     assert registered <= names, sorted(registered - names)
     assert names <= registered | set(HF_ONLY), sorted(names - registered - set(HF_ONLY))
+
+
+BASH = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+
+
+@pytest.mark.slow
+def test_readme_extend_and_generate_on_the_bundled_model_run(tmp_path):
+    """The README's command-line example on the bundled model runs as written (its --out moved into a temporary
+    folder): extend saves a loadable folder and says its size and that the .gguf was de-quantized; generate
+    continues the prompt from that folder."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    lines = [ln.split("  #")[0].strip() for block in BASH for ln in block.splitlines()
+             if ln.startswith(("posenc extend smollm2", "posenc generate runs/smollm2-yarn"))]
+    assert len(lines) == 2, lines
+    outputs = []
+    for line in lines:
+        argv = [a.replace("runs/smollm2-yarn", str(tmp_path / "smollm2-yarn")) for a in shlex.split(line)[1:]]
+        proc = subprocess.run([sys.executable, "-m", "posenc", *argv, "--quiet"], capture_output=True, text=True,
+                              timeout=600, cwd=README.parent)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout)
+    said = json.loads(outputs[0].strip().splitlines()[-1])
+    assert said["rope_parameters"]["rope_type"] == "yarn" and "weights in float32" in said["size"]
+    assert "de-quantized from the" in said["size"] and ".gguf" in said["size"]
+    prompt = "The capital of France is"
+    assert outputs[1].startswith(prompt) and len(outputs[1].strip()) > len(prompt)

@@ -25,7 +25,8 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping | No
     ``rotary_dim = int(head_dim * partial_rotary_factor)`` (even, >= 2). ``rope_type`` (or legacy
     ``type``) defaults to ``"default"``; ``scaling['rope_theta']`` and
     ``scaling['partial_rotary_factor']``, when present, override ``base`` and ``partial_rotary_factor``.
-    Returns float32 ``inv_freq`` ``[rotary_dim // 2]`` (``proportional``: ``[head_dim // 2]``).
+    Returns a :class:`RopeFrequencies`, not a tensor: ``.inv_freq`` (float32 ``[rotary_dim // 2]``; ``proportional``:
+    ``[head_dim // 2]``) and ``.attention_scale`` (1.0 except for YaRN and LongRoPE).
     Raises ``ValueError`` for any out-of-range input (see :mod:`posenc.parts.frequencies`).
     """
     head_dim = check_positive_int("head_dim", head_dim)
