@@ -8,8 +8,22 @@ The names below are imported on first use (module ``__getattr__``): ``import pos
 nor transformers, so ``posenc --help`` and ``posenc --version`` start at once.
 """
 
+from typing import TYPE_CHECKING
+
 from posenc import _moved
 from posenc._version import __version__ as __version__
+
+if TYPE_CHECKING:  # the names for type checkers and the API reference; at run time __getattr__ imports them
+    from posenc.engine import PositionalAttention, attention
+    from posenc.models.generation import generate
+    from posenc.models.tinylm import LMConfig, TinyLM
+    from posenc.parts.absolute import sinusoidal_table
+    from posenc.parts.biases import alibi_slopes, t5_relative_bucket
+    from posenc.parts.frequencies import RopeFrequencies, rope_frequencies
+    from posenc.parts.masks import MaskSpec
+    from posenc.parts.multiaxis import grid_positions
+    from posenc.parts.rotary import apply_rope, xpos_scale
+    from posenc.scheme.core import Part, PositionScheme, RopeSpec
 
 #: public name -> the module that defines it (imported when the name is first read)
 _PUBLIC = {
@@ -32,7 +46,9 @@ _PUBLIC = {
     "xpos_scale": "posenc.parts.rotary",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = ["LMConfig", "MaskSpec", "Part", "PositionScheme", "PositionalAttention", "RopeFrequencies", "RopeSpec",
+           "TinyLM", "alibi_slopes", "apply_rope", "attention", "generate", "grid_positions", "rope_frequencies",
+           "sinusoidal_table", "t5_relative_bucket", "xpos_scale"]
 
 
 _moved.install()  # old import paths of moved modules: one more release, one FutureWarning
