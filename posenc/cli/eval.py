@@ -198,7 +198,7 @@ def _refused_rows(records: list[dict]) -> int:
 
 
 def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | None) -> None:
-    from posenc.runtime.atomic import atomic_write_bytes, atomic_write_json
+    from posenc.runtime.atomic import atomic_write_bytes, atomic_write_json, named_os_error
 
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
     if args.old_json:
@@ -212,8 +212,15 @@ def _write(args: argparse.Namespace, records: list[dict], lines_file: Path | Non
         out = Path(args.out)
         results = {"meta": {"kind": "eval", "command": "posenc eval", "source": args.model, "lengths": args.lengths,
                             "methods": list(args.method)}, "records": records}
-        with staged_folder(out, what="--out") as staging:  # the folder appears whole, or not at all
-            atomic_write_json(staging / "results.json", results, indent=1)
-            atomic_write_bytes(staging / "records.jsonl", jsonl)
-            paths = write_eval_report(results, staging)
+        staged = None
+        try:
+            with staged_folder(out, what="--out") as staging:  # the folder appears whole, or not at all
+                staged = str(staging)
+                atomic_write_json(staging / "results.json", results, indent=1)
+                atomic_write_bytes(staging / "records.jsonl", jsonl)
+                paths = write_eval_report(results, staging)
+        except OSError as exc:  # a full disk: named by the file the user asked for, not the hidden staging folder
+            if staged is None or not exc.strerror or staged not in exc.strerror:
+                raise named_os_error(exc, out) from None
+            raise OSError(exc.errno, exc.strerror.replace(staged, str(out))) from None
         print(f"report: {out / paths['html'].name}")

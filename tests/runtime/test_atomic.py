@@ -91,21 +91,24 @@ except OSError:
 
 def test_cli_eval_on_a_full_tmpfs_is_one_line_naming_results_json(run_dir, tmp_path):
     """`posenc eval RUN --out DIR` on a real full file system: exit 2, one line naming DIR/results.json (not a
-    bare ``[Errno 28]``), the results.json of the previous run intact and no temp file left."""
+    bare ``[Errno 28]``, not the hidden staging folder), no DIR, no staging folder or temp file left, and the
+    previous run's folder on the same disk intact (eval writes a new folder: it refuses one holding results)."""
     text = tmp_path / "t.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     disk, py = tmp_path / "disk", sys.executable
-    evaluate = f"{py} -m posenc eval {run_dir} --corpus {text} --out {disk}/out --quiet --lengths"
-    proc = _on_a_1mib_tmpfs(disk, f"{evaluate} 32 > /dev/null && cp {disk}/out/results.json {tmp_path}/before && "
-                                  f"{py} -c \"$FILL\" {disk} && {evaluate} 32 64; echo $? > {tmp_path}/rc; "
-                                  f"ls -a {disk}/out > {tmp_path}/after; cp {disk}/out/results.json {tmp_path}/now",
+    evaluate = f"{py} -m posenc eval {run_dir} --corpus {text} --quiet --lengths"
+    proc = _on_a_1mib_tmpfs(disk, f"{evaluate} 32 --out {disk}/out > /dev/null && cp {disk}/out/results.json "
+                                  f"{tmp_path}/before && {py} -c \"$FILL\" {disk} && {evaluate} 32 64 --out "
+                                  f"{disk}/out2; echo $? > {tmp_path}/rc; ls -a {disk} {disk}/out > {tmp_path}/after; "
+                                  f"cp {disk}/out/results.json {tmp_path}/now",
                             FILL=FILL)
     assert proc.returncode == 0 and (tmp_path / "rc").read_text().strip() == "2", proc.stderr[-3000:]
-    assert proc.stderr.strip() == (f"posenc: error: [Errno 28] could not write {disk}/out/results.json: No space "
+    assert proc.stderr.strip() == (f"posenc: error: [Errno 28] could not write {disk}/out2/results.json: No space "
                                    f"left on device (the disk is full: free space, or write elsewhere)")
     assert (tmp_path / "now").read_bytes() == (tmp_path / "before").read_bytes()  # the previous run's, whole
     assert json.loads((tmp_path / "now").read_text())["meta"]["lengths"] == [32]
-    assert not [n for n in (tmp_path / "after").read_text().split() if n.endswith(".tmp")]
+    left = (tmp_path / "after").read_text().split()
+    assert "out2" not in left and not [n for n in left if n.endswith(".tmp") or "staging" in n]
 
 
 def test_full_disk_simulated(tmp_path, monkeypatch):
