@@ -5,11 +5,12 @@ expects of that folder:
 
 - a resumable run (``tune``, a ``bench`` preset) given its own folder again continues where it stopped and then
   rewrites its own ``results.json`` and report: the folder is its own when its ``results.json`` was written by the
-  same kind of run of the same thing (the same preset, the same model and length: ``same``), or when it holds
-  nothing but what such a run writes (an interrupted run that wrote its cells and no results yet);
+  same kind of run of the same thing (the same preset, the same model and length: ``same``; other files beside
+  them are left alone, the run writes only its own names), or, without ``results.json``, when it holds nothing but
+  what such a run writes (an interrupted run that wrote its cells and no results yet);
 - a folder holding another kind of run's results (a suite ``--out`` pointed at a tune folder), another run of the
-  same kind (another preset, model or length), or files no such run writes, is refused, nothing written: its
-  results are not this run's to replace;
+  same kind (another preset, model or length), or no results but files no such run writes (a model folder), is
+  refused, nothing written: what it holds is not this run's to replace;
 - ``eval`` is not resumable: its ``--out`` is a new or empty folder (:func:`posenc.runtime.folders.check_target`);
 - an ``--out`` that is a file is refused (before any work: the error is not found after the whole table was
   computed).
@@ -100,6 +101,7 @@ def check_results_folder(folder, kind: str, *, what: str = "--out", same: dict |
             now = ", ".join(f"{k} {same[k]!r}" for k in differ)
             raise ValueError(f"{what} {str(folder)!r} holds the results of another {_SHOWN[kind]} run ({was}; this "
                              f"one: {now}), which this run would replace: re-run that one to resume it, or {new}")
+        return  # its own folder: files beside its results (notes, another tool's output) are left alone
     foreign = sorted(p.name for p in folder.iterdir() if not _own(p.name, kind))
     if foreign:
         shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")

@@ -38,8 +38,24 @@ def test_a_run_may_write_a_new_folder_or_its_own(tmp_path):
     (interrupted / "cells").mkdir(parents=True)
     (interrupted / ".posenc.lock").write_text("")
     check_results_folder(interrupted, "suite")
-    suite = _folder(tmp_path / "s", SUITE, "cells", "report.md", "report.html", "by_length.png")
+    suite = _folder(tmp_path / "s", SUITE, "cells", "report.md", "report.html", "by_length.png",
+                    "retrieval-backend.json")  # a file another tool put beside its results: left alone
     check_results_folder(suite, "suite", same={"preset": "smollm2", "model_id": "m:llama"})
+
+
+def test_the_committed_result_folders_are_their_runs_own():
+    """Re-running (or reporting) a committed run into its folder is not refused."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    kinds = {"suite-": "suite", "tune-": "tune", "bench-": "lab bench"}
+    folders = [f for f in sorted(results.iterdir()) if (f / "results.json").exists()]
+    assert len(folders) >= 5
+    for f in folders:
+        kind = next(k for prefix, k in kinds.items() if f.name.startswith(prefix))
+        meta = json.loads((f / "results.json").read_text())["meta"]
+        same = {k: meta[k] for k in ("preset", "model_id", "length") if k in meta}
+        check_results_folder(f, kind, same=same)
 
 
 @pytest.mark.parametrize("kind, meta, same, match", [
