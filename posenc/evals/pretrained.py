@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from posenc.evals.records import EvalRecord
-from posenc.methods import check_method_params, method_params
+from posenc.methods import check_method_params, is_identity, method_params
 
 __all__ = ["evaluate_hf", "target_losses", "window_ends"]
 
@@ -142,7 +142,7 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
     records = []
     for method in methods:
         base = EvalRecord(scheme=None, method=method, train_len=None, eval_len=None)
-        if saved is not None and method == "none":
+        if saved is not None and is_identity(method):
             base = base.replace(method=saved["method"], extra={"saved": True})
         try:
             model = load(folder, **({"dtype": getattr(torch, dtype)} if dtype else {})).eval()
@@ -150,7 +150,7 @@ def evaluate_hf(source, tokens=None, lengths: Sequence[int] = (256,), methods: S
             if int(tokens.max()) >= vocab:
                 raise ValueError(f"token ids reach {int(tokens.max())} but the model's vocab_size is {vocab}")
             given = method_params(method, params, hf=True)
-            if saved is not None and method != "none":
+            if saved is not None and not is_identity(method):
                 raise ValueError(f"the model was saved extended with {saved['method']}: methods do not stack; "
                                  "evaluate the model it was extended from")
             extend(model, method, **given)

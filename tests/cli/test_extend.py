@@ -197,7 +197,7 @@ def test_a_save_that_fails_leaves_no_folder(tmp_path, llama_dir, capsys, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-# ===================================================================== a user's first hour, round 2 (issue 49)
+# ===================================================================== a user's first hour, round 2
 def _one_error(rc, err, *parts):
     """Status 2, one ``posenc: error:`` line holding every part, no traceback (transformers' loading bars aside)."""
     errors = [ln for ln in err.splitlines() if ln.startswith("posenc: error")]
@@ -297,7 +297,7 @@ def test_tune_on_a_model_without_tokenizer_is_one_line(tmp_path, capsys):
     _one_error(rc, err, "has no tokenizer of its own")
 
 
-# ===================================================================== reliability, round 4 (issue 50)
+# ===================================================================== reliability, round 4: saving under faults
 def test_a_truncated_tokenizer_json_is_refused_naming_it(tmp_path, capsys):
     """50.9: ``extend`` on a model whose tokenizer.json is truncated exited 0 and wrote no tokenizer."""
     src = _tiny(tmp_path, "llama")

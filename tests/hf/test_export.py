@@ -222,7 +222,7 @@ def test_cli_export_of_a_run_folder(tmp_path, capsys):
 
 
 def test_cli_export_refuses_an_out_folder_holding_a_model_and_keeps_it(tmp_path, capsys):
-    """Issue 50.2: ``export --out DIR`` into a folder holding a model replaced its weights (exit 0). Now one line
+    """``export --out DIR`` into a folder holding a model replaced its weights (exit 0). Now one line
     naming --out, status 2, the old files byte for byte, and no staging folder beside it; the run folder as --out
     (the source) is refused the same way."""
     from posenc.cli import main

@@ -174,8 +174,8 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
     record = saved_record(folder)
     if record is not None:
         raise ValueError(f"model {str(source)!r} was saved extended by posenc with {describe_record(record)}: the "
-                         "suite and tune apply methods to the untouched model (methods do not stack); give the model it "
-                         "was extended from, or score this one with posenc eval")
+                         "suite and tune apply methods to the untouched model (methods do not stack); give the model "
+                         "it was extended from, or score this one with posenc eval")
     cfg = AutoConfig.from_pretrained(folder)
     rope = scheme_from_config(cfg).rope
     if rope is None:

@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+from benchmarks import docs_pages
 from posenc.evals.report import choose
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_the_committed_page_is_current():
     assert (ROOT / choose.PAGE).read_text() == choose.page(ROOT), \
-        "docs/results/which-method.md is stale: run python -m posenc.evals.report.choose"
+        "docs/results/which-method.md is stale: run python -m benchmarks.docs_pages which-method"
 
 
 def test_every_real_model_row_has_its_verdict_n_and_intervals():
@@ -48,10 +49,10 @@ def test_check_finds_a_stale_page(tmp_path, capsys):
         shutil.copytree(ROOT / "benchmarks/results" / run, tmp_path / "benchmarks/results" / run,
                         ignore=shutil.ignore_patterns("*.png", "*.html", "cells"))
     (tmp_path / "docs/results").mkdir(parents=True)
-    assert choose.main(["--root", str(tmp_path), "--check"]) == 1
-    assert choose.main(["--root", str(tmp_path)]) == 0
-    assert choose.main(["--root", str(tmp_path), "--check"]) == 0
+    assert docs_pages.main(["which-method", "--root", str(tmp_path), "--check"]) == 1
+    assert docs_pages.main(["which-method", "--root", str(tmp_path)]) == 0
+    assert docs_pages.main(["which-method", "--root", str(tmp_path), "--check"]) == 0
     page = tmp_path / choose.PAGE
     page.write_text(page.read_text().replace("extends to 16k", "extends to 32k", 1))
-    assert choose.main(["--root", str(tmp_path), "--check"]) == 1
+    assert docs_pages.main(["which-method", "--root", str(tmp_path), "--check"]) == 1
     assert "stale: docs/results/which-method.md" in capsys.readouterr().err

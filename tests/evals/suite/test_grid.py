@@ -209,7 +209,7 @@ def test_pruning_leaves_out_methods_that_failed_at_the_previous_length(tiny, tmp
     assert grid_mod._pruned(store, m, preset, "rerope+logn", 1024) is None  # before prune_from
 
 
-# ------------------------------------------------------------------------------------------------ faults (issue 50)
+# ------------------------------------------------------------------------------------------------ faults
 def _counting(monkeypatch):
     """Count the prefills the suite runs (a resume runs only the missing cells)."""
     from posenc.evals.suite import runner as cells

@@ -187,7 +187,7 @@ def test_tune_takes_a_lab_run_exported_once_with_its_own_tokenizer(tmp_path, mon
         source_folder(tmp_path / "alibi")
 
 
-# ------------------------------------------------------------------------------------------------ faults (issue 50)
+# ------------------------------------------------------------------------------------------------ faults
 _KW = dict(budget=3, methods=("yarn",), longrope=False, contexts=(("passkey", 0),), target=32, progress=False,
            log=lambda m: None)
 
