@@ -217,7 +217,8 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
     from posenc.hf.source import describe_source
     from posenc.runtime.atomic import atomic_write_bytes
 
-    name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else m.model_id
+    # a bundled name as it is; a path by its folder or file name (the model id is a digest, for cell keys)
+    name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else Path(str(preset.model)).name
     body = aggregate(preset, m, store, skipped=skipped, name=name, missing=missing)
     cells = [v for method in preset.methods for n in sorted(preset.lengths)
              for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)

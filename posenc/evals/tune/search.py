@@ -125,16 +125,18 @@ def save_winner(objective, rows: list[dict], out: Path) -> dict:
                 "reason": "no candidate scored better than the untouched model; nothing to save"}
     model = extend(load(objective.facts.folder, dtype=torch.float32), best["method"], **best["params"])
     folder = save(model, out / "model", tokenizer=objective.facts.tokenizer, replace=True)  # this tune's own folder
-    (out / "rope.gguf").unlink(missing_ok=True)  # an earlier run's keys: written again below if they apply
     if _is_native(best["method"]):
         from posenc.evals.tune.gguf_rope import SCALED_TYPES, write_rope_gguf
 
         config = json.loads((folder / "config.json").read_text())
         gguf_path = None
         if (config.get("rope_parameters") or {}).get("rope_type") in SCALED_TYPES:
-            gguf_path = str(write_rope_gguf(out / "rope.gguf", config))
+            gguf_path = str(write_rope_gguf(out / "rope.gguf", config))  # replaces an earlier one whole, or keeps it
+        else:
+            (out / "rope.gguf").unlink(missing_ok=True)  # an earlier run's keys do not describe this winner
         return {"form": "native", "path": str(folder), "gguf": gguf_path,
                 "reason": "transformers implements the method: plain rope_parameters, loadable without posenc"}
+    (out / "rope.gguf").unlink(missing_ok=True)  # an engine winner has no GGUF rope keys
     natives = [r for r in rows if _is_native(r["method"])]
     why = ("no native candidate was evaluated" if not natives else
            f"the best native candidate, {natives[0]['method']} ({_short(natives[0]['params'])[:80]}), scored "

@@ -144,6 +144,23 @@ def test_engine_winner_is_saved_as_posencs_extension_with_the_reason(tiny, tmp_p
     assert none["form"] == "none" and not (tmp_path / "n" / "model").exists()
 
 
+def test_a_rerun_whose_winner_is_none_drops_the_earlier_winner(tiny, tmp_path):
+    """A tune re-run into its folder whose winner is now the untouched model left the previous run's model in
+    ``model/`` (and its ``rope.gguf``) while its results said ``saved: none``. A native winner replacing an engine
+    one leaves no file of the wrapper behind (the model folder is replaced whole)."""
+    from posenc.evals.tune.objective import TuneObjective
+
+    obj = TuneObjective(str(tiny), N, tmp_path / "cells")
+    first = save_winner(obj, [_row("selfextend", {"group": 4, "window": 128}, 1.0)], tmp_path)
+    assert first["form"] == "engine" and (tmp_path / "model" / "posenc_extended.py").is_file()
+    second = save_winner(obj, [_row("yarn", {"factor": 2.0}, 1.0)], tmp_path)
+    assert second["form"] == "native" and (tmp_path / "rope.gguf").is_file()
+    assert not (tmp_path / "model" / "posenc_extended.py").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    third = save_winner(obj, [_row("none", {}, 1.0), _row("yarn", {"factor": 2.0}, 1.5)], tmp_path)
+    assert third["form"] == "none" and not (tmp_path / "model").exists() and not (tmp_path / "rope.gguf").exists()
+
+
 def _lab_run(path, scheme="rope", seed=0):
     """A tiny byte-level run folder, written the way `posenc train` writes one."""
     from posenc.models import checkpoint as ckpt
