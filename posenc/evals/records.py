@@ -73,7 +73,8 @@ class EvalRecord:
 # ------------------------------------------------------------------------------------------ retrieval
 # every retrieval record carries these keys, in this order (``results.json["retrieval"]``)
 RETRIEVAL_KEYS = ("task", "scheme", "method", "train_len", "eval_len", "distance", "accuracy", "n", "chance")
-RETRIEVAL_TASKS = ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+RETRIEVAL_TASKS = ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_keys", "niah_mq", "niah_mv", "vt",
+                   "cwe")
 # recall: posenc.tasks.recall's single needle, a content-copy control (the only value of the window); kv_recall and
 # offset: posenc.tasks.kv_recall (key matching among distractor values; the token 2 after the key); passkey:
 # Landmark's pass key (posenc.tasks.passkey and the long-context suite); the rest are the long-context suite's query

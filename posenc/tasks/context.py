@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from posenc.tasks.haystack import Haystack
-from posenc.tasks.ruler import GENERATORS, TASK_HEADERS, KeyPool
+from posenc.tasks.ruler import GENERATORS, NEEDS_LENGTH, TASK_HEADERS, KeyPool
 
 __all__ = ["Context", "ContextQuery", "PlacedNeedle", "build_context"]
 
@@ -122,6 +122,20 @@ def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _offsets(needles, needle_ids, n_before: int, room: int) -> list[float]:
+    """Where each needle wants to go in the haystack text (an offset among its ``n_before`` tokens): ``depth`` x
+    ``n_before``, or for a needle placed by distance back (:attr:`posenc.tasks.ruler.Needle.back`) the offset that
+    makes it start ``back`` tokens before the end (``room``: the tokens after the header), counting the tokens of
+    the needles that go before it."""
+    where = [n.depth * n_before if n.back is None else 0.0 for n in needles]
+    for i in sorted((i for i, n in enumerate(needles) if n.back is not None), key=lambda i: -needles[i].back):
+        start = room - needles[i].back  # its first token, counted from the end of the header
+        before = sum(len(needle_ids[j]) for j in range(len(needles))
+                     if j != i and (where[j] < start if needles[j].back is None else needles[j].back > needles[i].back))
+        where[i] = min(max(start - before, 0.0), float(n_before))
+    return where
+
+
 def build_context(tokenizer, haystack: Haystack, length: int, generators, seed: int = 0,
                   target: int = 0, chat: bool = False, options: dict | None = None) -> Context:
     """The context of ``length`` tokens holding the needles of ``generators`` (names in
@@ -142,7 +156,8 @@ def build_context(tokenizer, haystack: Haystack, length: int, generators, seed: 
         raise ValueError(f"options for generators that are not used: {stray}")
     for g in generators:
         try:
-            ns, qs = GENERATORS[g](rng, pool, **options.get(g, {}))
+            ns, qs = GENERATORS[g](rng, pool, **options.get(g, {}), **({"length": length} if g in NEEDS_LENGTH
+                                                                        else {}))
         except TypeError as exc:
             raise ValueError(f"generator {g!r} does not take options {sorted(options.get(g, {}))}: {exc}") from exc
         base = len(needles)
@@ -155,9 +170,10 @@ def build_context(tokenizer, haystack: Haystack, length: int, generators, seed: 
         raise ValueError(f"length {length} is too short for {len(needles)} needles and a {target}-token target "
                          f"({n_before} haystack tokens left)")
     before, borders, passage = haystack.window(n_before, target, seed)
+    where = _offsets(needles, needle_ids, n_before, length - len(header))
     # needles in order of depth (a chain's links keep their order: their depths increase, borders are monotone)
-    order = sorted(range(len(needles)), key=lambda i: (needles[i].depth, i))
-    cuts = [_nearest(borders, needles[i].depth * n_before) for i in order]
+    order = sorted(range(len(needles)), key=lambda i: (where[i], i))
+    cuts = [_nearest(borders, where[i]) for i in order]
     ids = list(header)
     spans: dict[int, tuple[int, int]] = {}
     pos = 0

@@ -17,6 +17,10 @@ The query kinds (RULER's names in brackets):
   [niah_multivalue, with a distractor key];
 - ``vt``: two chains "VAR A = 12345." -> "VAR B = VAR A." -> ... (five variables each), asked for every variable
   holding a chain's value [vt];
+- ``niah_keys``: ``K`` needles of the multi-key sentence with distinct keys, each asked for in turn (the others
+  are its distractors), placed by their *distance back from the end* in distance bins (near, middle, far, in
+  tokens, :func:`keys`), the same bins at every length: several trials per prefill, spread over the distances
+  where extension methods differ [niah_multikey_1, in Landmark's noise];
 - ``cwe``: "The word of the day is <w>." lines, three words four times each and six words once; the three
   frequent ones are asked for (RULER's common-word extraction, spread through the haystack so that it is
   answered from the whole context) [cwe].
@@ -35,22 +39,25 @@ from dataclasses import dataclass
 from posenc.tasks.landmark import key_sentence
 from posenc.tasks.words import ADJECTIVES, NOUNS
 
-__all__ = ["GENERATORS", "KeyPool", "Needle", "QUERY_KINDS", "Query", "RETRIEVAL_KINDS", "TASK_HEADERS"]
+__all__ = ["GENERATORS", "KeyPool", "NEEDS_LENGTH", "Needle", "QUERY_KINDS", "Query", "RETRIEVAL_KINDS", "TASK_HEADERS",
+           "bin_of", "key_bins", "keys"]
 
-QUERY_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
-RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_mq", "niah_mv")
+QUERY_KINDS = ("passkey", "niah_mk", "niah_keys", "niah_mq", "niah_mv", "vt", "cwe")
+RETRIEVAL_KINDS = ("passkey", "niah_mk", "niah_keys", "niah_mq", "niah_mv")
 """The kinds that find a needle (the suite's retrieval score and effective length); vt traces, cwe aggregates."""
 
 
 @dataclass(frozen=True)
 class Needle:
     """One sentence to hide: ``text`` (starts with a space), at ``depth`` in [0, 1) of the needle region;
-    ``after`` is the index (in the same generator's list) of a needle it must follow (a chain's previous link)."""
+    ``after`` is the index (in the same generator's list) of a needle it must follow (a chain's previous link);
+    ``back``: where it wants to start instead, in tokens before the end of the context (``depth`` is then unused)."""
 
     text: str
     depth: float
     kind: str
     after: int | None = None
+    back: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,47 @@ def niah(rng: random.Random, pool: KeyPool, n_keys: int = 4):
     return needles, queries
 
 
+def key_bins(train_len: int) -> tuple[tuple[int, int], ...]:
+    """The distance bins (tokens back from the end, ``[lo, hi)``) of a model trained at ``train_len`` = ``L``:
+    near ``[L/32, L/4)`` (256-2k for an 8k model: inside any window a method keeps), middle ``[L/4, L)`` (still
+    within the trained length) and far ``[L, 4L)`` (past it: only a context longer than ``L`` holds one)."""
+    return ((train_len // 32, train_len // 4), (train_len // 4, train_len), (train_len, 4 * train_len))
+
+
+def keys(rng: random.Random, pool: KeyPool, n_keys: int = 8, bins=((256, 2048), (2048, 8192), (8192, 32768)),
+         length: int = 0):
+    """``n_keys`` multi-key needles with distinct keys and 7-digit values, each asked for alone, placed by distance
+    back (:attr:`Needle.back`): key ``j`` goes to the ``j % b``-th of the ``b`` bins that fit a ``length``-token
+    context (a bin fits when its lower edge is below 80% of ``length``; its upper edge is cut to 95% of it), at a
+    fraction drawn uniformly in [0.1, 0.9] of the bin. The keys, values and fractions are the same at every length
+    (one draw each, whatever fits); only which bins exist depends on the length. Chance: a random pick among the
+    ``n_keys`` magic numbers."""
+    if n_keys < 1:
+        raise ValueError(f"n_keys must be >= 1, got {n_keys}")
+    bins = [(int(lo), int(hi)) for lo, hi in bins]
+    if not bins or any(not 0 < lo < hi for lo, hi in bins):
+        raise ValueError(f"bins must be non-empty [lo, hi) token ranges with 0 < lo < hi, got {bins}")
+    names = [pool.key() for _ in range(n_keys)]
+    values = [pool.number(7) for _ in names]
+    fractions = [rng.uniform(0.1, 0.9) for _ in names]
+    fit = [(lo, min(hi, int(0.95 * length))) for lo, hi in bins if lo < 0.8 * length]
+    if not fit:
+        raise ValueError(f"length {length} is too short for every distance bin {bins}")
+    needles = []
+    for j, (k, v, u) in enumerate(zip(names, values, fractions)):
+        lo, hi = fit[j % len(fit)]
+        needles.append(Needle(_MAGIC.format(key=k, value=v), 0.0, "niah_keys", back=round(lo + u * (hi - lo))))
+    queries = [Query("niah_keys", f"What is the special magic number for {k} mentioned in the provided text?",
+                     f"The special magic number for {k} mentioned in the provided text is", (v,), 1 / n_keys, 10,
+                     (i,)) for i, (k, v) in enumerate(zip(names, values))]
+    return needles, queries
+
+
+def bin_of(distance: int, bins) -> int | None:
+    """The index of the bin ``[lo, hi)`` of ``bins`` holding ``distance`` (None: none does)."""
+    return next((i for i, (lo, hi) in enumerate(bins) if lo <= distance < hi), None)
+
+
 def mv(rng: random.Random, pool: KeyPool, n_keys: int = 2, n_values: int = 4):
     """Multi-value needles: ``n_keys`` keys with ``n_values`` values each, every needle in its own depth bin; each
     key is asked for all its values. Chance: the right ``n_values`` among all ``n_keys * n_values`` numbers."""
@@ -189,11 +237,16 @@ def cwe(rng: random.Random, pool: KeyPool, n_common: int = 3, repeats: int = 4, 
     return needles, [query]
 
 
-GENERATORS: dict[str, Callable] = {"niah": niah, "mv": mv, "passkey": passkey, "vt": vt, "cwe": cwe}
+GENERATORS: dict[str, Callable] = {"niah": niah, "keys": keys, "mv": mv, "passkey": passkey, "vt": vt, "cwe": cwe}
 """Task generators: ``fn(rng, pool, **options) -> (needles, queries)`` (options: the keyword parameters above)."""
+
+NEEDS_LENGTH = frozenset({"keys"})
+"""Generators the context builder also passes the context's ``length`` (they place needles by distance back)."""
 
 TASK_HEADERS = {
     "niah": "Some special magic numbers are hidden within the following text. Make sure to memorize them. "
+            "I will quiz you about the numbers afterwards.",
+    "keys": "Some special magic numbers are hidden within the following text. Make sure to memorize them. "
             "I will quiz you about the numbers afterwards.",
     "mv": "Some special magic numbers are hidden within the following text. Make sure to memorize them. "
           "I will quiz you about the numbers afterwards.",

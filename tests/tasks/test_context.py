@@ -45,3 +45,36 @@ def test_chat_frame_wraps_context_and_question(tok, hay):
     assert tok.decode(list(ctx.ids)).startswith(before)
     q = tok.decode(list(ctx.queries[0].ids))
     assert "<|im_start|>assistant\n" in q and q.endswith("The pass key is")
+
+
+@pytest.mark.parametrize("length", [4096, 8192, 16384])
+def test_keys_sit_once_each_in_their_distance_bins_with_distinct_labels(tok, hay, length):
+    """Several keys per prefill: each key's sentence occurs once, starts inside the bin it was drawn for, every
+    label and value is distinct, the noise itself holds no key text, and the same bins are used at every length."""
+    from posenc.tasks.ruler import bin_of, key_bins
+
+    bins = key_bins(8192)
+    ctx = _ctx(tok, hay, "noise", ("keys",), 0, length=length, seed=5, options={"keys": {"n_keys": 8, "bins": bins}})
+    ctx.check(tok)  # every value occurs in the context exactly as often as in its own needle: once
+    text = tok.decode(list(ctx.ids))
+    labels = [n.text.split(" for ")[1].split(" is:")[0] for n in ctx.needles]
+    assert len(set(labels)) == len(labels) == 8 and len({q.golds for q in ctx.queries}) == 8
+    assert all(text.count(n.text.strip()) == 1 for n in ctx.needles)
+    body = tok.decode(list(ctx.ids[ctx.header:]))
+    assert body.count("special magic number") == 8  # the noise itself holds none (the header line names them)
+    fit = [b for b in bins if b[0] < 0.8 * length]
+    got = [bin_of(ctx.distance(q), bins) for q in ctx.queries]
+    assert got == [j % len(fit) for j in range(8)]  # key j in the (j mod bins that fit)-th bin
+    assert (2 in got) == (length > 8192)  # the far bin only past the trained length
+    assert [q.kind for q in ctx.queries] == ["niah_keys"] * 8 and ctx.queries[0].chance == 1 / 8
+
+
+def test_keys_are_the_same_at_every_length_and_refused_where_no_bin_fits(tok, hay):
+    from posenc.tasks.ruler import key_bins
+
+    opts = {"keys": {"n_keys": 4, "bins": key_bins(8192)}}
+    a = _ctx(tok, hay, "noise", ("keys",), 0, length=4096, seed=1, options=opts)
+    b = _ctx(tok, hay, "noise", ("keys",), 0, length=16384, seed=1, options=opts)
+    assert [n.text for n in a.needles] == [n.text for n in b.needles]
+    with pytest.raises(ValueError, match="too short for every distance bin"):
+        _ctx(tok, hay, "noise", ("keys",), 0, length=300, seed=1, options=opts)
