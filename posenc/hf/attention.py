@@ -5,8 +5,9 @@
 - attention function ``"posenc"`` (``transformers.AttentionInterface``): runs
   :func:`posenc.engine.run_attention` with the layer's own scheme (see :mod:`posenc.hf.layers`);
 - :func:`identity_rotation`, a forward hook on every rotary embedding module: the identity rotation, so
-  q and k reach attention (and the HF cache) un-rotated. ``(cos, sin)`` tuples become ``(1, 0)``; a complex
-  ``freqs_cis`` tensor (Llama 4, DeepSeek V2: ``view_as_complex`` over adjacent pairs) becomes ``1 + 0j``.
+  q and k reach attention (and the HF cache) un-rotated. ``(cos, sin)`` tuples become ``(1, 0)`` (GPT-J's
+  and CodeGen's ``(sin, cos)``: ``(0, 1)``); a complex ``freqs_cis`` tensor (Llama 4, DeepSeek V2:
+  ``view_as_complex`` over adjacent pairs) becomes ``1 + 0j``.
   :func:`guarded_identity_rotation` (what ``extend`` installs) first refuses a forward whose attention
   implementation is no longer ``"posenc"`` (the model would otherwise silently run without positions).
 """
@@ -204,15 +205,19 @@ def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sin
     return out
 
 
-def identity_rotation(module, args, output):
-    """Forward hook: the rotary module's output as the identity rotation, of the same shape and dtype."""
+def identity_rotation(module, args, output, sin_first: bool = False):
+    """Forward hook: the rotary module's output as the identity rotation, of the same shape and dtype.
+    ``sin_first``: the module returns ``(sin, cos)`` (GPT-J, CodeGen; :func:`posenc.hf.layers.sin_first`)."""
     if isinstance(output, torch.Tensor) and output.is_complex():  # freqs_cis = r e^{i theta} -> 1
         return torch.ones_like(output)
+    if sin_first:
+        sin, cos = output
+        return torch.zeros_like(sin), torch.ones_like(cos)
     cos, sin = output
     return torch.ones_like(cos), torch.zeros_like(sin)
 
 
-def guarded_identity_rotation(configs, record: dict):
+def guarded_identity_rotation(configs, record: dict, sin_first: bool = False):
     """:func:`identity_rotation` that first checks, on every forward, that the extended attention layers
     still call the attention function ``"posenc"`` (their ``configs``' ``_attn_implementation``).
 
@@ -220,7 +225,7 @@ def guarded_identity_rotation(configs, record: dict):
     ``model.set_attn_implementation("sdpa")`` (or ``config._attn_implementation = "eager"``) transformers'
     own attention would run the model with no position information at all (NoPE), silently. Instead the
     forward raises a ``ValueError`` naming the method (``record``: the model's ``config.posenc``) and how to
-    switch back or undo the extension."""
+    switch back or undo the extension. ``sin_first``: as in :func:`identity_rotation`."""
 
     def hook(module, args, output):
         for cfg in configs:
@@ -233,7 +238,7 @@ def guarded_identity_rotation(configs, record: dict):
                     f"(q and k reach attention un-rotated). Switch back with model.set_attn_implementation("
                     f"{ATTN_NAME!r}), or undo the extension with posenc.hf.unextend(model) (or load the model "
                     f"afresh) to use {impl!r}")
-        return identity_rotation(module, args, output)
+        return identity_rotation(module, args, output, sin_first)
 
     return hook
 

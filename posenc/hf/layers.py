@@ -16,7 +16,9 @@ computed for it, and the posenc method on top where it applies:
 - **chunked attention** (Llama 4, layer type ``"chunked_attention"``): ``config.attention_chunk_size``;
 - **MLA** (DeepSeek V2/V3 and derivatives: ``qk_nope_head_dim + qk_rope_head_dim`` per head): only the
   ``qk_rope_head_dim`` slice is rotated; the shared rope key reaches attention already expanded per head;
-- **complex rotary** (Llama 4, DeepSeek V2: ``freqs_cis`` multiplies adjacent pairs): interleaved layout;
+- **complex rotary** (Llama 4, DeepSeek V2: ``freqs_cis`` multiplies adjacent pairs) and GPT-J / CodeGen's
+  ``rotate_every_two`` (on the first ``rotary_dim`` dims, with ``(sin, cos)`` returned sin first):
+  interleaved layout;
 - **-theta rotation** (NanoChat's ``rotate_half``): the half layout on half-swapped q and k
   (:data:`NEGATED_LAYOUT`);
 - **Mistral 3's** ``llama_4_scaling_beta`` is a query scale its attention module applies itself (left out
@@ -253,10 +255,59 @@ def _layout_of_apply(mod, apply, cos, sin, positions) -> str | None:
     return UNKNOWN_LAYOUT  # it rotated, but none of the ways posenc can reproduce
 
 
+def sin_first(mod) -> bool:
+    """Whether the rotary module returns ``(sin, cos)`` rather than ``(cos, sin)`` (GPT-J, CodeGen): its
+    first output is 0 and its second 1 at position 0."""
+    out = _rotary_out(mod, torch.zeros(1, 1, dtype=torch.long))
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+        return False
+    return bool((out[0] == 0).all()) and bool((out[1] == 1).all()) and out[0].numel() > 0
+
+
+def _layout_of_tensor_apply(mod, apply, out, positions) -> str | None:
+    """Which layout ``apply(tensor, sin=..., cos=...)`` rotates with: GPT-J's and CodeGen's
+    ``apply_rotary_pos_emb`` rotates one ``tensor [B,N,H,R]`` by ``sin, cos [B,N,R/2]`` (one entry per
+    pair), which their rotary module returns sin first. The frequencies are read back from the angles
+    at position 1 (the module has no ``inv_freq``: a table of sines and cosines)."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(apply).parameters)
+    except (TypeError, ValueError):
+        return None
+    if len(names) != 3 or names[1:] != ["sin", "cos"] or not sin_first(mod):
+        return None
+    sin, cos = out
+    if sin.dim() != 3 or sin.shape != cos.shape or sin.shape[1] < 2:
+        return None
+    inv = torch.atan2(sin[0, 1].double(), cos[0, 1].double())  # [R/2]: position 1's angles
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q = torch.randn(1, positions.shape[-1], 1, 2 * inv.shape[-1], generator=g, device="cpu").to(sin.device)
+    try:
+        with torch.no_grad():
+            got = apply(q, sin=sin, cos=cos)
+    except (TypeError, RuntimeError, ValueError, IndexError):
+        return None
+    if got.shape != q.shape:
+        return None
+    from posenc.hf.attention import swap_rotary_halves
+    from posenc.parts.rotary import apply_rope
+
+    pos, rd, qh = positions.to(q.device), q.shape[-1], q.double().transpose(1, 2)  # [B,H,N,R] for apply_rope
+    wants = {layout: apply_rope(qh, pos, inv, layout=layout) for layout in ("half", "interleaved")}
+    wants[NEGATED_LAYOUT] = swap_rotary_halves(apply_rope(swap_rotary_halves(qh, rd), pos, inv), rd)
+    for layout, want in wants.items():
+        if torch.allclose(got.double(), want.transpose(1, 2), atol=1e-4):
+            return layout
+    return UNKNOWN_LAYOUT
+
+
 def probe_layout(rotary_modules, attention_modules) -> str:
     """The pair layout the model rotates with: ``"interleaved"`` when a rotary module returns complex
     ``freqs_cis`` (Llama 4, DeepSeek V2) or when the family's ``apply_rotary_pos_emb`` rotates adjacent
-    pairs (Cohere, GLM 4: probed on random q at a few positions), :data:`NEGATED_LAYOUT` when it rotates
+    pairs (Cohere, GLM 4: probed on random q at a few positions; GPT-J and CodeGen, whose
+    ``apply_rotary_pos_emb(tensor, sin, cos)`` rotates one tensor: :func:`_layout_of_tensor_apply`),
+    :data:`NEGATED_LAYOUT` when it rotates
     half-layout pairs by ``-theta`` (NanoChat's ``rotate_half`` is ``cat(x2, -x1)``; the engine keeps
     ``"half"`` and runs on half-swapped q and k, :func:`posenc.hf.attention.swap_rotary_halves`), else
     ``"half"``. A family whose own rotation matches none of these is refused (``ValueError``)."""
@@ -271,6 +322,8 @@ def probe_layout(rotary_modules, attention_modules) -> str:
             return "interleaved"
         if isinstance(out, tuple) and len(out) == 2 and apply is not None:
             found = _layout_of_apply(mod, apply, out[0], out[1], positions)
+            if found is None:  # GPT-J / CodeGen: one tensor, (sin, cos) of one entry per pair
+                found = _layout_of_tensor_apply(mod, apply, out, positions)
             if found == UNKNOWN_LAYOUT:
                 raise ValueError(f"{module.__name__.rsplit('.', 1)[-1]}: its apply_rotary_pos_emb rotates neither "
                                  "half nor interleaved pairs by +theta, nor half pairs by -theta; "

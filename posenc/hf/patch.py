@@ -43,6 +43,7 @@ from posenc.hf.layers import (
     mla_nope_dims,
     probe_layout,
     rope_parameters,
+    sin_first,
     target_types,
     uses_rope,
 )
@@ -79,16 +80,24 @@ def train_len_of(config) -> int:
 
 def scheme_from_config(config, layer_type: str | None = None) -> PositionScheme:
     """The posenc RoPE scheme a HF config trained with: base ``rope_theta``, ``partial_rotary_factor``
-    (or GPT-NeoX ``rotary_pct``), half layout, an existing ``rope_type`` kept as ``scaling``,
-    ``train_len`` from :func:`train_len_of`. On a model with rope parameters per layer type, those of
-    ``layer_type`` (default ``"full_attention"``); a layer type without RoPE gives a NoPE scheme."""
+    (or GPT-NeoX ``rotary_pct``, or GPT-J / CodeGen ``rotary_dim`` over the head), half layout, an existing
+    ``rope_type`` kept as ``scaling``, ``train_len`` from :func:`train_len_of`. On a model with rope parameters
+    per layer type, those of ``layer_type`` (default ``"full_attention"``); a layer type without RoPE gives a
+    NoPE scheme."""
     if is_nested(config) and rope_parameters(config, layer_type) is None:
         return PositionScheme(name="nope", train_len=train_len_of(config))
     rp = _rope_parameters(config, layer_type)
     base = rp.get("rope_theta", getattr(config, "rope_theta", 10000.0))
     partial = rp.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     if partial is None:
-        partial = getattr(config, "rotary_pct", 1.0)
+        partial = getattr(config, "rotary_pct", None)
+    if partial is None and not hasattr(config, "rope_parameters") and getattr(config, "rotary_dim", None):
+        # GPT-J, CodeGen: the first rotary_dim dims of each head rotate (a config without rope parameters;
+        # MiniMax-M3's rotary_dim is unused, its model reads rope_parameters)
+        rd, hd = int(config.rotary_dim), _head_dim(config)
+        partial = rd / hd if int(hd * (rd / hd)) == rd else (rd + 0.5) / hd  # int(hd * partial) is rd
+    if partial is None:
+        partial = 1.0
     rope_type = rp.get("rope_type", rp.get("type", "default"))
     scaling = None
     if rope_type != "default":
@@ -454,8 +463,9 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     # the configs the extended layers read their attention implementation from (own copies by now)
     configs = list({id(c): c for c in (getattr(m, "config", None) for m in attn) if hasattr(c, "_attn_implementation")
                     }.values()) or [config]
-    guard = guarded_identity_rotation(configs, config.posenc)  # a switch away from "posenc" raises, not NoPE
-    model._posenc_hooks = [m.register_forward_hook(guard) for _, m in _rotary_modules(model)]
+    # a switch away from "posenc" raises, not NoPE
+    model._posenc_hooks = [m.register_forward_hook(guarded_identity_rotation(configs, config.posenc, sin_first(m)))
+                           for _, m in _rotary_modules(model)]
     model._posenc_hooks += sparse.install(attn, [m for _, m in _rotary_modules(model)])  # DSA's indexer
     model._posenc_original_attn = config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)

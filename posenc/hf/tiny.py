@@ -250,10 +250,27 @@ def _granitemoehybrid(base, kwargs: dict) -> dict:
     return {"position_embedding_type": "rope"}
 
 
+def _rotary_dim(base, kwargs: dict) -> dict:
+    # GPT-J and CodeGen rotate a fixed rotary_dim (64) of each head: above the tiny head (16), their own model
+    # fails to run; a quarter of the head, as the published 64 of 256
+    return {"rotary_dim": TINY_SIZES["head_dim"] // 4}
+
+
+def _dory(base, kwargs: dict) -> dict:
+    # Dory runs input, recurrent (n_recurrent_loops times) and output sections of its layers, 8 / 20 / 8 by
+    # default, and stores each layer as an attention and an mlp block (to_dict doubles the counts, the config
+    # halves them back): shrunk to 2 entries, 1 layer remained inside sections of 4 that ran it twice into
+    # one cache (its attention then added a 12-key mask to 24 keys). A sliding input layer and a
+    # full-attention recurrent one, as the published 3 sliding : 1 full pattern with its recurrent loop
+    return {"layer_types": ["sliding_attention", "full_attention"], "num_hidden_layers": N_LAYERS,
+            "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 0}
+
+
 # model_type -> (default config, shrunk kwargs) -> more kwargs: families whose default config cannot
 # build or run its own model, or keeps its rotary embedding off, each with the reason above
 FAMILY_OVERRIDES = {"dbrx": _dbrx, "lfm2_moe": _lfm2_moe, "cohere_compass_text": _cohere_compass,
-                    "qwen4_exp_text": _qwen4_exp, "granitemoehybrid": _granitemoehybrid}
+                    "qwen4_exp_text": _qwen4_exp, "granitemoehybrid": _granitemoehybrid, "gptj": _rotary_dim,
+                    "codegen": _rotary_dim, "dory": _dory}
 
 
 def tiny_config(config_cls, **overrides):

@@ -3,7 +3,8 @@ nothing downloaded): rope parameters per layer type (Gemma 3), Mistral 3's llama
 linear-attention models (Qwen3-Next), Llama 4 (complex rotary, NoPE layers, chunked attention, temperature
 tuning), MLA (DeepSeek V3, DeepSeek V2's complex rotary), families the compat scan once refused (Beam's NoPE
 global layers, NanoChat's -theta rotation, RecurrentGemma's window as trained length, Zamba2's optional RoPE,
-GPT-OSS's learned sinks), sliding windows per layer (a MoE, shared configs) and the families posenc refuses."""
+GPT-OSS's learned sinks, GPT-J's and CodeGen's rotary_dim of adjacent pairs), sliding windows per layer (a MoE,
+shared configs) and the families posenc refuses."""
 
 from __future__ import annotations
 
@@ -385,6 +386,32 @@ def test_interleaved_rotation_probed_from_the_family(cls, kw):
     rd = 16 if cls is transformers.CohereConfig else 8
     ntk = hf.extend(model(), "ntk", factor=4.0)
     assert_close(logits(ntk, x, mask, pos), logits(model(_ntk_theta(1e4, rd)), x, mask, pos), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_rotate_every_two_on_rotary_dim_read_from_the_family(family):
+    """GPT-J and CodeGen rotate adjacent pairs (``rotate_every_two``) of the first ``rotary_dim`` dims of each
+    head (a config field, no partial_rotary_factor), by ``(sin, cos)`` their rotary module returns sin first
+    and their ``apply_rotary_pos_emb(tensor, sin, cos)`` takes one tensor. Read as half pairs on the whole
+    head, posenc's engine running plain RoPE differed from the model by 3e-3 (GPT-J) and 5e-3 (CodeGen)."""
+    from posenc.hf import compat
+    from posenc.hf.layers import sin_first
+
+    model = compat.build_tiny(family)
+    assert model.config.rotary_dim == 4 and model.config.hidden_size // model.config.num_attention_heads == 16
+    assert sin_first(model.transformer.rotary_emb)
+    ids, mask = compat.left_padded_batch(int(model.config.vocab_size))
+    assert compat.rope_difference(model, ids, mask) < 1e-5
+    ext = hf.extend(copy.deepcopy(model), "rerope", window=48)
+    rope = hf.posenc_scheme(ext).rope
+    assert (rope.layout, rope.partial_rotary_factor) == ("interleaved", 0.25)
+    with torch.no_grad():  # the hook's identity is (sin, cos) = (0, 1): q and k reach attention un-rotated
+        sin, cos = ext.transformer.rotary_emb(torch.zeros(1, 1, 1), torch.arange(5)[None])
+    assert not sin.any() and bool((cos == 1).all())
+    published = type(model.config)(n_embd=4096, n_head=16, rotary_dim=64)  # GPT-J-6B, CodeGen: 64 of 256
+    assert hf.scheme_from_config(published).rope.partial_rotary_factor == 0.25
+    m3 = transformers.MiniMaxM3VLTextConfig()  # a rotary_dim its model never reads: rope_parameters decide
+    assert m3.rotary_dim == 64 and hf.scheme_from_config(m3).rope.partial_rotary_factor == 1.0
 
 
 def test_hybrid_without_attention_layers_refused_by_posenc():

@@ -92,3 +92,14 @@ def test_tiny_per_layer_overrides_and_aliased_sizes_shrink():
     assert compat.tiny_config(transformers.GraniteMoeSharedConfig).shared_intermediate_size == 0
     for family in ("gemma4", "dots3_note", "dbrx"):
         assert _n_params(compat.build_tiny(family)) <= compat.MAX_PARAMS, family
+
+
+def test_tiny_dory_keeps_its_sections_inside_the_model():
+    """Dory's input / recurrent / output sections (8 / 20 / 8 layers, each stored as attention + mlp blocks)
+    overran the 2 tiny layers (1 left, in sections of 4: run twice into one cache, its attention failed on a
+    mask of half the keys): the tiny model has a sliding input layer and a looped full-attention layer, and
+    posenc's engine reproduces it."""
+    tiny = compat.tiny_config(transformers.DoryConfig)
+    assert tiny.layer_types == ["sliding_attention", "full_attention"] and tiny.num_hidden_layers == 2
+    assert (tiny.n_input_layers, tiny.n_recurrent_layers, tiny.n_output_layers, tiny.n_recurrent_loops) == (1, 1, 0, 2)
+    assert compat.check_model(compat.build_tiny("dory")) < 1e-5
