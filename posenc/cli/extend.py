@@ -37,7 +37,13 @@ def add_parser(sub) -> None:
                    "posenc.json with every parameter's value")
     p.add_argument("--native", choices=("auto", "yes", "no"), default="auto",
                    help="use transformers' own code for linear/dynamic/yarn/llama3/longrope (auto: yes)")
-    add_out(p, "folder to save the extended model and its tokenizer into (must not hold a model already)")
+    add_out(p, "folder to save the extended model and its tokenizer into (must not hold a model already); with "
+            "--format gguf, the .gguf file to write (must not exist)")
+    p.add_argument("--format", choices=("transformers", "gguf"), default="transformers",
+                   help="transformers (default): a folder; gguf: a copy of the .gguf MODEL (the same quantised "
+                   "tensors) with llama.cpp's RoPE keys for a method llama.cpp serves (yarn, pi/linear, longrope, "
+                   "llama3), and the llama-cli/llama-server flags printed; any other method or setting is refused "
+                   "with the reason")
     deprecated(p, "--model", dest="old_model", use="give the model as the positional MODEL")
     deprecated(p, "--save", dest="old_save", use="use --out DIR")
     p.set_defaults(func=run)
@@ -55,7 +61,21 @@ def run(args: argparse.Namespace) -> int:
     from posenc.hf.source import NoTokenizerError, load_tokenizer, source_folder
     from posenc.runtime.folders import check_target
 
-    check_target(args.out, what="--out")  # before the model is loaded: nothing to undo
+    if args.format == "gguf":
+        from pathlib import Path
+
+        if Path(args.out).exists():
+            raise ValueError(f"--out {args.out} exists; --format gguf writes a new file")
+        if args.native == "no":
+            raise ValueError("--format gguf with --native no: llama.cpp serves only transformers' own rope types")
+        from posenc.hf.gguf_export import NotServable, check_servable_method
+
+        try:
+            check_servable_method(args.method)  # before the model is loaded
+        except NotServable as exc:
+            raise ValueError(f"--format gguf: {exc}") from None
+    else:
+        check_target(args.out, what="--out")  # before the model is loaded: nothing to undo
     check_method_flags(args.method, params_from_args(args), hf=True, length=args.length, length_flag="--length N",
                        typed=typed_params(args))
     if args.length is not None:
@@ -63,9 +83,18 @@ def run(args: argparse.Namespace) -> int:
 
         check_positive_int("--length", args.length)
     native = {"auto": None, "yes": True, "no": False}[args.native]
+    gguf_source = _gguf_source(args) if args.format == "gguf" else None
     folder = source_folder(args.model)
     model = load(folder)
     extend(model, args.method, native=native, target_length=args.length, **params_from_args(args))
+    if gguf_source is not None:
+        from posenc.hf.gguf_export import NotServable, serve_extended
+
+        try:
+            print(json.dumps(serve_extended(model, gguf_source, args.out)))
+        except NotServable as exc:
+            raise ValueError(f"--format gguf: {exc}") from None
+        return 0
     try:
         tokenizer = load_tokenizer(args.model)  # a damaged tokenizer file: ValueError naming it, nothing saved
     except NoTokenizerError:
@@ -83,6 +112,19 @@ def run(args: argparse.Namespace) -> int:
                       "max_position_embeddings": cfg.get("max_position_embeddings"), "posenc": saved_record(out),
                       "size": _size(out, model, args.model), "load": how}))
     return 0
+
+
+def _gguf_source(args):
+    """The .gguf file ``--format gguf`` copies: MODEL itself or the bundled model's file."""
+    from pathlib import Path
+
+    from posenc.hf.source import BUNDLED, bundled_gguf, is_gguf
+
+    path = bundled_gguf(args.model) if args.model in BUNDLED else Path(args.model)
+    if not is_gguf(path):
+        raise ValueError(f"--format gguf needs a .gguf MODEL (its quantised tensors are copied), got {args.model}; "
+                         f"convert a folder with llama.cpp's convert_hf_to_gguf.py first")
+    return path
 
 
 def _size(out, model, source) -> str:

@@ -421,3 +421,45 @@ def test_extend_says_the_size_it_wrote(tmp_path, capsys):
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["size"]
     on_disk = sum(p.stat().st_size for p in (tmp_path / "y").rglob("*") if p.is_file())
     assert said == f"{on_disk / 1e6:.0f} MB on disk, weights in float32", said
+
+
+# ===================================================================== --format gguf: llama.cpp's copy of the GGUF
+@pytest.mark.parametrize("case", ["folder_model", "engine_method", "composition", "native_no", "out_exists"])
+def test_format_gguf_refusals_are_one_line_naming_the_flag(case, tmp_path, llama_dir, capsys):
+    (tmp_path / "taken.gguf").write_bytes(b"x")
+    args, word = {
+        "folder_model": ([llama_dir, "--method", "yarn", "--factor", "2"], "needs a .gguf MODEL"),
+        "engine_method": (["smollm2", "--method", "selfextend"], "runs on posenc's engine"),
+        "composition": (["smollm2", "--method", "yarn+logn"], "runs on posenc's engine"),
+        "native_no": (["smollm2", "--method", "yarn", "--native", "no"], "--native no"),
+        "out_exists": (["smollm2", "--method", "yarn"], "exists"),
+    }[case]
+    out = tmp_path / ("taken.gguf" if case == "out_exists" else "y.gguf")
+    rc, err = _cli(capsys, "extend", *args, "--format", "gguf", "--out", out)
+    assert rc == 2 and word in err and ("--format gguf" in err or "--out" in err), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "y.gguf").exists()
+
+
+@pytest.mark.slow
+def test_format_gguf_writes_the_bundled_models_copy_and_prints_how_to_serve_it(tmp_path, capsys):
+    """`posenc extend smollm2 --method yarn --length 16384 --format gguf`: the source's quantised tensors, YaRN's
+    keys, posenc's record, and the llama.cpp lines printed."""
+    import gguf
+
+    from posenc.cli import main
+
+    out = tmp_path / "y.gguf"
+    capsys.readouterr()
+    assert main(["extend", "smollm2", "--method", "yarn", "--length", "16384", "--format", "gguf",
+                 "--out", str(out)]) == 0
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said["llama-server"] == f"llama-server -m {out} -c 16384" and said["params"]["factor"] == 2.0
+    assert said["flags_on_the_source"].endswith("-c 16384 --rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 8192")
+    r = gguf.GGUFReader(str(out))
+    assert r.get_field("llama.rope.scaling.type").contents() == "yarn"
+    assert r.get_field("llama.rope.scaling.factor").contents() == 2.0
+    assert r.get_field("llama.rope.scaling.original_context_length").contents() == 8192
+    assert r.get_field("posenc.method").contents() == "yarn"
+    src = gguf.GGUFReader(str(bundled_gguf("smollm2")))
+    assert [(t.name, t.tensor_type, t.data.tobytes()) for t in src.tensors] == \
+        [(t.name, t.tensor_type, t.data.tobytes()) for t in r.tensors]

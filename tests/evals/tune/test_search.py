@@ -125,7 +125,9 @@ def test_native_winner_loads_in_plain_transformers_and_as_gguf(tiny, tmp_path):
     torch.testing.assert_close(torch.tensor(plain["logits"]), want, rtol=1e-4, atol=1e-4)
     back = read_rope_gguf(saved["gguf"])
     assert back["arch"] == "llama" and back["original_context_length"] == L and back["head_dim"] == D
-    assert back["factor"] == pytest.approx(N / L) and back["rope_theta"] == pytest.approx(10000.0)
+    # llama.cpp's longrope type with no .factor key: it would divide every frequency by the factor once more
+    assert back["scaling_type"] == "longrope" and back["factor"] is None
+    assert back["rope_theta"] == pytest.approx(10000.0)
     np.testing.assert_allclose(back["long_factor"], lam, rtol=1e-6)
     assert back["short_factor"] == [1.0] * (D // 2)
     assert back["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(N / L) / math.log(L)), rel=1e-6)
