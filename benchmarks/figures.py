@@ -111,7 +111,7 @@ def compat(results: Path, out: Path) -> Path:
     right.set_yscale("log")
     right.set_xlabel("passing families, sorted")
     right.set_ylabel("largest |logit difference|")
-    right.set_title("posenc's engine running plain RoPE against the family's own model")
+    right.set_title("posenc's engine (plain RoPE) vs the family's own model")
     right.grid(alpha=0.3, which="both")
     return save_png(fig, out / "hf_compat.png", DPI)
 
