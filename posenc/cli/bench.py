@@ -20,15 +20,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = subparser(sub, "bench", "train short, test long: every scheme and method under one protocol; or, with a "
                   "real-model preset (smollm2, smollm2_full), the long-context suite on a pretrained model")
     names = sorted(PRESETS) + sorted(_suite_presets())
-    p.add_argument("--preset", default="quick", choices=names, metavar="PRESET",
+    p.add_argument("--preset", default=None, choices=names, metavar="PRESET",
                    help="lab preset (trains small models: " + ", ".join(sorted(PRESETS)) + ") or real-model suite "
-                   "preset (" + ", ".join(sorted(_suite_presets())) + ")")
+                   "preset (" + ", ".join(sorted(_suite_presets())) + "); default: quick, or model with --model (the "
+                   "suite at L/2, L, 2L, 4L of the model's trained length L)")
     add_out(p, "folder for results.json, report.md/html and the PNGs: a new or empty folder, or the folder of an "
                "earlier run of the same preset (and model), which is resumed (finished cells and checkpoints are "
                "read back) and whose results and report are then rewritten; a folder holding anything else "
                "(another command's results, another preset's, other files) is refused", required=True)
     p.add_argument("--model", default=None, metavar="MODEL", help="real-model presets: the model to run them on, a "
                    "Hugging Face folder or a .gguf file (default: the preset's, SmolLM2-135M)")
+    p.add_argument("--lengths", default=None, metavar="N,N,...", help="real-model presets: the context lengths in "
+                   "tokens instead of the preset's (the model's trained length is added: the untouched model there "
+                   "is the reference)")
     p.add_argument("--runs-dir", default=None, metavar="DIR", help="checkpoint folder (default: OUT/runs)")
     p.add_argument("--corpus", default=None, metavar="NAME", help="corpus name or path (default: the preset's)")
     add_device(p)
@@ -74,11 +78,25 @@ def _run_suite(args: argparse.Namespace) -> int:
     # posenc.cli.main prints on stderr (exit status 130/143)
     results = run_suite(preset, args.out, cells_dir=args.cells, progress=not args.quiet,
                         report_only=args.report_only, device=device, dtype=dtype,
-                        dispatch=None if args.ray is None else "ray", ray_address=args.ray)
+                        dispatch=None if args.ray is None else "ray", ray_address=args.ray,
+                        lengths=_lengths(args.lengths))
     missing = sum(results["meta"]["missing"].values())
     print(f"report: {args.out}/report.md ({results['meta']['cells']} cells"
           + (f"; {missing} not run yet: run without --report-only to continue)" if missing else ")"))
     return 0
+
+
+def _lengths(text: str | None) -> tuple[int, ...] | None:
+    """``--lengths 4096,8192``: positive token counts; one line naming the flag otherwise."""
+    if text is None:
+        return None
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise ValueError(f"--lengths: give positive token counts separated by commas, got {text!r}")
+    return out
 
 
 def _check_ray(args: argparse.Namespace) -> None:
@@ -98,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
     from posenc.evals.lab.bench import PRESETS, run_bench
     from posenc.evals.results_folder import check_results_folder
 
+    if args.preset is None:
+        args.preset = "model" if args.model else "quick"
     if args.preset in _suite_presets():
         check_results_folder(args.out, "suite", what="--out", same={"preset": args.preset})  # before any work
         return _run_suite(args)
     check_results_folder(args.out, "lab bench", what="--out", same={"preset": args.preset})
-    for flag in ("model", "cells", "report_only"):
+    for flag in ("model", "cells", "report_only", "lengths"):
         if getattr(args, flag):
             raise ValueError(f"--{flag.replace('_', '-')} is for the real-model presets ("
                              + ", ".join(sorted(_suite_presets())) + ")")

@@ -348,7 +348,91 @@ def readme_block(results: dict, name: str) -> str:
     return "\n".join(body + [end])
 
 
+def _judged(results: dict) -> bool:
+    """Whether the run is judged by the interval rule (:mod:`posenc.evals.suite.verdict`): the answer-first pages
+    of :mod:`posenc.evals.report.suite_answer`."""
+    return (results.get("reference") or {}).get("rule") == "interval"
+
+
+def answer_sections(results: dict) -> list[tuple[str, Table]]:
+    """The tables of the answer-first pages, in order (the verdicts first)."""
+    from posenc.evals.report import suite_answer as a
+
+    ppl_header, ppl = a.ppl_rows(results)
+    len_header, by_length = a.length_rows(results)
+    out = [("Verdicts", Table(("method", "verdict", "effective length"), tuple(a.verdict_rows(results)))),
+           ("Keys found by length (Wilson 95%) and perplexity", Table(len_header, tuple(by_length))),
+           ("Keys found by distance back (Wilson 95%)", Table(("method", "length", "tokens back", "found",
+                                                               "mean distance"), tuple(a.distance_rows(results)))),
+           ("Perplexity: paired ratios over passages (geometric mean, t 95% interval)", Table(ppl_header, tuple(ppl))),
+           ("Paired differences in keys found (the same keys; Newcombe 95%)",
+            Table(("length", "method", "minus", "difference", "wins-losses", "separated from 0"),
+                  tuple(a.separated_rows(results)))),
+           ("Cost (prefill seconds compared only under a similar load; peak memory not reported)",
+            Table(("method", "length", "prefill", "load", "cells"), tuple(a.cost_rows(results)))),
+           ]
+    for n in _grid(results)[1][-2:]:
+        out.append((f"Accuracy per task kind at {_k(n)} (the pass key is the control)", task_table(results, n)))
+    return out
+
+
+def _answer_markdown(results: dict, images: list[Path]) -> str:
+    from posenc.evals.report.suite_answer import first_screen
+
+    meta = results["meta"]
+    tables = answer_sections(results)
+    out = [f"# posenc long-context suite: {meta.get('preset')}", "", *first_screen(results), "",
+           "## " + tables[0][0], "", tables[0][1].markdown(), ""]
+    out += [f"![{p.stem}]({p.name})" for p in images[:1]] + [""]
+    for i, (title, t) in enumerate(tables[1:]):
+        out += [f"## {title}", "", t.markdown(), ""]
+        if i == 1 and len(images) > 1:
+            out += [f"![{images[1].stem}]({images[1].name})", ""]
+    out += ["## Details", "", "```json", json.dumps({k: meta[k] for k in ("machine", "config") if k in meta},
+                                                     indent=1, default=str), "```", ""]
+    return "\n".join(out)
+
+
+def _answer_html(results: dict, images: list[Path]) -> str:
+    from posenc.evals.report.suite_answer import colors, first_screen
+
+    meta = results["meta"]
+    tables = answer_sections(results)
+    col = colors(results)
+
+    def img(p: Path) -> str:
+        data = base64.b64encode(p.read_bytes()).decode()
+        return f"<img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>"
+
+    lines = first_screen(results)
+    items = "".join(f"<li><span class='sw' style='background:rgb({','.join(str(round(255 * c)) for c in col[m][:3])})'>"
+                    f"</span><b>{html.escape(m)}</b>: {html.escape(v)} <small>(effective length {html.escape(e)})"
+                    f"</small></li>" for m, v, e in tables[0][1].rows)
+    head = "".join(f"<p>{html.escape(x)}</p>" for x in lines[:2] + lines[3:])
+    parts = [f"<h1>posenc long-context suite: {html.escape(str(meta.get('preset')))}</h1>",
+             f"<div class='first'><div class='left'>{head}<ul id='verdicts'>{items}</ul></div>"
+             f"<div class='right'>{img(images[0]) if images else ''}</div></div>",
+             f"<p><small>{html.escape(lines[2])}</small></p>"]
+    for i, (title, t) in enumerate(tables[1:]):
+        parts.append(f"<h2>{html.escape(title)}</h2>{t.html()}")
+        if i == 1 and len(images) > 1:
+            parts.append(img(images[1]))
+    details = html.escape(json.dumps({k: meta[k] for k in ("machine", "config", "left_out") if k in meta},
+                                     indent=1, default=str))
+    parts.append(f"<details><summary>Run details (machine, configuration)</summary><pre>{details}</pre></details>")
+    style = ("body{font-family:sans-serif;max-width:1300px;margin:auto;font-size:14px} .first{display:flex;gap:16px}"
+             ".left{flex:1} .right{flex:1.2} .right img{width:100%} ul{list-style:none;padding-left:0}"
+             ".sw{display:inline-block;width:12px;height:12px;margin-right:6px} p{margin:4px 0}"
+             "table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;"
+             "text-align:right} td:first-child{text-align:left} img{max-width:100%}")
+    title = html.escape(str(meta.get("preset")))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>posenc suite {title}</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
 def render_markdown(results: dict, images: list[Path]) -> str:
+    if _judged(results):
+        return _answer_markdown(results, images)
     meta = results["meta"]
     out = [f"# posenc long-context suite: {meta.get('preset')}", "", *_summary(results), ""]
     if images:
@@ -362,6 +446,8 @@ def render_markdown(results: dict, images: list[Path]) -> str:
 
 
 def render_html(results: dict, images: list[Path]) -> str:
+    if _judged(results):
+        return _answer_html(results, images)
     meta = results["meta"]
 
     def img(p: Path) -> str:
@@ -391,6 +477,16 @@ def write_report(results: dict, out: Path) -> dict[str, Path]:
     from posenc.runtime.atomic import atomic_write_bytes
 
     out = Path(out)
+    if _judged(results):
+        from posenc.evals.report.suite_answer import plot_accuracy, plot_distance
+
+        images = [plot_accuracy(results, out / "accuracy_by_length.png")]
+        dist = plot_distance(results, out / "accuracy_by_distance.png")
+        images += [dist] if dist is not None else []
+        paths = {"markdown": out / "report.md", "html": out / "report.html"}
+        atomic_write_bytes(paths["markdown"], render_markdown(results, images).encode())
+        atomic_write_bytes(paths["html"], render_html(results, images).encode())
+        return {**paths, **{p.stem: p for p in images}}
     images = [plot_effective(results, out / "effective_length.png"), plot_lines(results, out / "by_length.png")]
     depth = plot_depth(results, out / "depth_heatmaps.png")
     images += [depth] if depth is not None else []

@@ -33,6 +33,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -63,6 +64,43 @@ def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: 
 
     planned = sum(len(spec.seed_range) for spec in preset.contexts if spec.used_at(length))
     return planned - len(_cells_of(store, m, preset, method, length))
+
+
+def _fits(preset: SuitePreset, m: ModelFacts) -> None:
+    """``ValueError`` in one line when a context of ``preset`` cannot be built at a length it runs at (a model
+    trained too short for the suite's needles): checked on each context's shortest length before any cell runs."""
+    from posenc.tasks.context import build_context
+    from posenc.tasks.haystack import make_haystack
+
+    for spec in preset.contexts:
+        used = [n for n in sorted(preset.lengths) if spec.used_at(n)]
+        if not used:
+            continue
+        try:
+            build_context(m.tokenizer, make_haystack(spec.haystack, m.tokenizer), used[0], spec.generators,
+                          spec.first_seed, spec.target, preset.chat, spec.options)
+        except ValueError as exc:
+            raise ValueError(f"model trained at {m.train_len} tokens: the context {spec.name} does not fit its "
+                             f"length {used[0]} ({exc}); give longer lengths (--lengths)") from None
+
+
+def reference_rate(store, m: ModelFacts, preset: SuitePreset) -> dict:
+    """The untouched model's retrieval at the reference length over the finished cells: ``k``, ``n``, ``value``
+    (None when none finished), pooled over ``preset.retrieval_kinds`` (or the informative kinds)."""
+    from posenc.evals.suite.results import informative_kinds, pooled, task_counts
+
+    tasks = task_counts(_answers(store, m, preset, preset.methods[0], preset.reference_length))
+    return pooled(tasks, preset.retrieval_kinds or informative_kinds(tasks))
+
+
+def check_floor(store, m: ModelFacts, preset: SuitePreset, cells) -> None:
+    """``ValueError`` in one line when the untouched model's retrieval at the reference length is below
+    ``preset.floor``: every verdict would be judged against a reference the model itself does not reach."""
+    ref = reference_rate(store, m, preset)
+    if preset.floor is not None and ref["n"] and ref["value"] < preset.floor:
+        raise ValueError(f"the untouched model finds {ref['k']} of {ref['n']} keys ({ref['value']:.2f}) at its "
+                         f"trained length {preset.reference_length}, below the floor {preset.floor:g}: no method "
+                         f"can be judged against that reference, so none is (its cells are kept in {cells})")
 
 
 def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
@@ -111,7 +149,7 @@ def _cpu_model() -> str:
 
 def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = True,
               log: Callable[[str], None] = print, report_only: bool = False, device="cpu", dtype="auto",
-              dispatch: str | None = None, ray_address: str | None = None) -> dict:
+              dispatch: str | None = None, ray_address: str | None = None, lengths=None) -> dict:
     """Run every unfinished cell of ``preset`` into ``out_dir/cells`` (module docstring), then write
     ``results.json`` and the report (:mod:`posenc.evals.suite.results`). Returns the results dict.
 
@@ -130,7 +168,13 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
 
     ``dispatch``: None runs the cells here, one after the other; ``"ray"`` runs each as a task on a Ray cluster
     (:mod:`posenc.evals.suite.cluster`: ``ray_address`` None starts a local one, ``"auto"`` or an address joins one),
-    with the same cells, the same left-out pairs and the same results but for timing and machine fields."""
+    with the same cells, the same left-out pairs and the same results but for timing and machine fields.
+
+    A preset derived from the model (``length_factors``, :meth:`posenc.evals.suite.spec.SuitePreset.sized`) takes its
+    lengths, reference length, key bins and target sizes from the model's trained length ``L``; ``lengths``
+    overrides the lengths (``L`` is kept: it is the reference). Every context must fit its shortest length (one
+    line otherwise). With a ``floor``, the untouched model's cells at ``L`` run first, and the run stops with one
+    line when its retrieval there is below the floor (:func:`check_floor`)."""
     from contextlib import ExitStack
 
     from posenc.evals.results_folder import check_results_folder
@@ -152,6 +196,9 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
     cells = out / "cells" if cells_dir is None else Path(cells_dir)
     check_results_folder(out, "suite")  # a file, another command's results: refused before the model is loaded
     m = load_facts(preset.model, device, dtype)
+    if preset.derived or lengths is not None:
+        preset = preset.sized(m.train_len, lengths)
+    _fits(preset, m)
     same = {"preset": preset.name, "model_id": m.model_id}
     check_results_folder(out, "suite", same=same)
     with ExitStack() as stack:
@@ -184,6 +231,11 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
                 skipped = run_cells_ray(preset, m, store, log=log, pruned=pruned, address=ray_address,
                                         cluster=ray["ray"])
             else:
+                if preset.floor is not None and not report_only:  # the reference first: is there one to judge by?
+                    first = replace(preset, methods=preset.methods[:1], lengths=(preset.reference_length,),
+                                    compare_to=())
+                    run_cells(first, m, store, progress=progress, log=log, pruned=pruned)
+                    check_floor(store, m, preset, cells)
                 skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
                                     missing=missing)
             elapsed = time.perf_counter() - t0

@@ -40,7 +40,7 @@ def load_presets(path=DATA) -> dict[str, SuitePreset]:
     out = {}
     for p in data["presets"]:
         fields = {k: v for k, v in p.items() if k not in ("contexts", "params", "dynamic_step")}
-        for key in ("lengths", "methods", "compare_to"):
+        for key in ("lengths", "methods", "compare_to", "length_factors", "retrieval_kinds"):
             if key in fields:
                 fields[key] = tuple(fields[key])
         out[p["name"]] = SuitePreset(**fields, contexts=tuple(contexts[c] for c in p["contexts"]),

@@ -87,6 +87,47 @@ def pooled(tasks: dict, kinds) -> dict:
     return _interval(k, sum(tasks[x]["n"] for x in kinds if x in tasks))
 
 
+def key_bins_of(preset) -> list[list[int]] | None:
+    """The distance bins of the preset's ``keys`` contexts (sized: :meth:`posenc.evals.suite.spec.SuitePreset.sized`),
+    None when it has none."""
+    return next((spec.options["keys"]["bins"] for spec in preset.contexts if "keys" in spec.generators
+                 and "bins" in spec.options.get("keys", {})), None)
+
+
+def by_bin(answers: list[dict], bins) -> list[dict]:
+    """Accuracy of the ``niah_keys`` answers per distance bin (tokens back): ``lo``/``hi`` the bin's edges,
+    ``k`` of ``n`` and the Wilson interval as ``interval``, ``distance`` the mean distance back."""
+    from posenc.tasks.ruler import bin_of
+
+    out = []
+    keys = [a for a in answers if a["kind"] == "niah_keys"]
+    for i, (lo, hi) in enumerate(bins or []):
+        sel = [a for a in keys if bin_of(a["distance"], bins) == i]
+        if sel:
+            out.append({"bin": i, "from": lo, "to": hi, "distance": round(statistics.fmean(a["distance"] for a in sel)),
+                        "interval": _interval(sum(a["correct"] for a in sel), len(sel))})
+    return out
+
+
+def passage_losses(cells: list[tuple]) -> dict[str, float]:
+    """Mean target loss per passage (``"<context>/<seed>"``: the same tokens at every length and method)."""
+    return {f"{spec.name}/{s}": v["target"]["loss"] for spec, s, v in cells if v.get("target")}
+
+
+def ppl_ratio(losses: dict[str, float], reference: dict[str, float]) -> dict | None:
+    """The paired perplexity ratio of a row to a reference row over the passages both scored: the geometric mean of
+    the per-passage ratios with Student's t 95% interval over passages (``value``/``lo``/``hi``; NaN ends for one
+    passage), ``n`` passages; None when they share none."""
+    from posenc.evals.stats.intervals import mean_interval
+
+    both = sorted(set(losses) & set(reference))
+    if not both:
+        return None
+    i = mean_interval([losses[p] - reference[p] for p in both], over="passages")
+    return {"value": math.exp(i.value), "lo": math.exp(i.lo) if i.known else None,
+            "hi": math.exp(i.hi) if i.known else None, "n": len(both)}
+
+
 def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds) -> dict:
     """The EvalRecord row of one (method, length)."""
     from posenc.evals.records import EvalRecord
@@ -107,7 +148,8 @@ def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds
              "decode_tok_s": sum(v["decode_tokens"] for _, _, v in cells) / decode_s if decode_s else None,
              "loadavg": statistics.fmean(v["loadavg"][0] for _, _, v in cells if v.get("loadavg", [None])[0]
                                          is not None) if any(v.get("loadavg") for _, _, v in cells) else None,
-             "cells": len(cells)}
+             "cells": len(cells), "by_bin": by_bin(answers, key_bins_of(preset)),
+             "passages": passage_losses(cells)}
     rec = EvalRecord(scheme=name, method=method, train_len=m.train_len, eval_len=n,
                      ppl=math.exp(loss) if loss is not None else None, loss=loss,
                      accuracy=statistics.fmean(t["accuracy"] for t in targets) if targets else None,
@@ -181,7 +223,8 @@ def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, 
 
     base = preset.methods[0]  # the untouched model
     ref_cells = _cells_of(store, m, preset, base, preset.reference_length)
-    kinds = informative_kinds(task_counts([a for _, _, v in ref_cells for a in v["answers"]]))
+    kinds = preset.retrieval_kinds or informative_kinds(task_counts([a for _, _, v in ref_cells
+                                                                      for a in v["answers"]]))
     records, retrieval = [], []
     for method in preset.methods:
         for n in sorted(preset.lengths):
@@ -203,8 +246,38 @@ def aggregate(preset, m, store, *, skipped: dict, name: str, missing: dict[str, 
                              "complete": not left_out and not unfinished and len(scores) == len(preset.lengths)}
     reference = {"method": base, "length": preset.reference_length, "retrieval": ref, "kinds": list(kinds),
                  "fraction": preset.threshold, "threshold": threshold}
-    return {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference,
-            "comparisons": paired_differences(preset, m, store, kinds)}
+    out = {"records": records, "retrieval": retrieval, "effective": effective, "reference": reference,
+           "comparisons": paired_differences(preset, m, store, kinds)}
+    if preset.retrieval_kinds is not None:  # the interval rule (posenc.evals.suite.verdict)
+        out.update(_judged(preset, m, records, effective, reference, ref_rec))
+    return out
+
+
+def _judged(preset, m, records: list[dict], effective: dict, reference: dict, ref_rec: dict | None) -> dict:
+    """The verdicts of the interval rule (:func:`posenc.evals.suite.verdict.judge`): each record gets its paired
+    perplexity ratios (``ppl_ratio`` to the untouched model at the reference length, ``ppl_vs`` to each
+    ``compare_to`` row at the same length), ``effective`` takes the rule's effective lengths, the reference its
+    interval and floor. Below the floor nothing is judged (``verdicts`` empty, effective lengths None)."""
+    from posenc.evals.suite.verdict import judge
+
+    by = {(r["method"], r["eval_len"]): r for r in records}
+    ref_iv = ref_rec["retrieval"] if ref_rec else {"n": 0}
+    ref_losses = (ref_rec or {}).get("passages", {})
+    for r in records:
+        r["ppl_ratio"] = ppl_ratio(r["passages"], ref_losses)
+        r["ppl_vs"] = {v: ppl_ratio(r["passages"], by[(v, r["eval_len"])]["passages"]) for v in preset.compare_to
+                       if v != r["method"] and (v, r["eval_len"]) in by}
+    below = preset.floor is not None and (not ref_iv.get("n") or ref_iv["value"] < preset.floor)
+    reference.update({"interval": ref_iv, "floor": preset.floor, "below_floor": below, "rule": "interval",
+                      "ppl_bound": preset.ppl_bound})
+    verdicts = {}
+    for method in preset.methods:
+        rows = {n: {"retrieval": r["retrieval"], "ppl_ratio": r["ppl_ratio"]} for (mm, n), r in by.items()
+                if mm == method}
+        if rows and not below:
+            verdicts[method] = judge(rows, ref_iv, m.train_len, preset.ppl_bound)
+        effective[method]["effective_length"] = verdicts[method]["effective_length"] if method in verdicts else None
+    return {"verdicts": verdicts}
 
 
 def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float,

@@ -20,14 +20,16 @@ SUITE_VERSION = 1
 class ContextSpec:
     """One kind of context: ``haystack`` (``book`` or ``noise``) holding the needles of ``generators``; ``seeds``
     contexts of it per (method, length), seeds ``first_seed`` .. ``first_seed + seeds - 1``; ``target`` scored tokens
-    at the end (book haystacks; 0: none); ``min_length``/``max_length``: used only from / up to this length (None:
+    at the end (book haystacks; 0: none; ``"L/16"``: the model's trained length over 16, fixed by
+    :meth:`SuitePreset.sized`); ``min_length``/``max_length``: used only from / up to this length (None:
     every length; neither is part of a cell's key); ``options``: keyword parameters per generator
-    (``{"niah": {"n_keys": 4}}``)."""
+    (``{"niah": {"n_keys": 4}}``; the ``keys`` generator's ``bins``, when left out, are the model's
+    :func:`posenc.tasks.ruler.key_bins`, filled in by :meth:`SuitePreset.sized`)."""
 
     haystack: str
     generators: tuple[str, ...]
     seeds: int = 1
-    target: int = 0
+    target: int | str = 0
     max_length: int | None = None
     options: dict = field(default_factory=dict)
     first_seed: int = 0
@@ -53,7 +55,15 @@ class SuitePreset:
     retrieval there is the reference; ``threshold``: the fraction of it a method must keep for a length to count
     as effective; ``params``: fixed parameters per method spec, on top of the per-length ones; ``compare_to``: rows
     every other row is compared with, query by query, past the trained length (paired differences in retrieval,
-    :func:`posenc.evals.suite.results.paired_differences`)."""
+    :func:`posenc.evals.suite.results.paired_differences`).
+
+    Presets derived from the model (:meth:`sized`): ``length_factors`` gives the lengths as multiples of the
+    model's trained length ``L`` (``(0.5, 1, 2, 4)``: L/2, L, 2L, 4L) and makes ``L`` the reference length;
+    ``floor``: the untouched model's retrieval at the reference length below which the run refuses to judge any
+    method (None: no floor); ``retrieval_kinds``: the query kinds the retrieval score and the verdicts pool (None:
+    the informative kinds, :func:`posenc.evals.suite.results.informative_kinds`); ``ppl_bound``: the perplexity
+    ratio to the untouched model at the reference length a row must stay under to keep perplexity
+    (:mod:`posenc.evals.suite.verdict`)."""
 
     name: str
     description: str
@@ -68,13 +78,17 @@ class SuitePreset:
     chat: bool = False
     threads: int | None = None
     compare_to: tuple[str, ...] = ()
+    length_factors: tuple[float, ...] | None = None
+    floor: float | None = None
+    retrieval_kinds: tuple[str, ...] | None = None
+    ppl_bound: float = 1.25
 
     def __post_init__(self):
         from posenc.methods import is_identity
 
         if not self.methods or not is_identity(self.methods[0]):
             raise ValueError(f"a suite's first method must be 'none' (the untouched model), got {self.methods[:1]}")
-        if self.reference_length not in self.lengths:
+        if self.length_factors is None and self.reference_length not in self.lengths:
             raise ValueError(f"reference_length {self.reference_length} must be one of the lengths {self.lengths}")
         if not self.contexts:
             raise ValueError("a suite needs at least one context")
@@ -86,6 +100,45 @@ class SuitePreset:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def derived(self) -> bool:
+        """Whether the lengths still wait for the model's trained length (:meth:`sized`)."""
+        return self.length_factors is not None
+
+    def sized(self, train_len: int, lengths=None) -> SuitePreset:
+        """This preset for a model trained at ``train_len`` = ``L``: the lengths ``L x length_factors`` (or
+        ``lengths``, with ``L`` added: the reference is the untouched model at ``L``), the reference length ``L``,
+        every ``"L/d"`` target ``L // d`` and every ``keys`` context's bins the model's
+        (:func:`posenc.tasks.ruler.key_bins`). A preset with fixed lengths keeps them (``lengths``, when given,
+        replaces them; its reference length must be among them)."""
+        from dataclasses import replace
+
+        from posenc.tasks.ruler import key_bins
+
+        contexts = tuple(_sized_context(c, train_len, key_bins(train_len)) for c in self.contexts)
+        if lengths is not None:
+            lengths = tuple(sorted({int(n) for n in lengths} | ({train_len} if self.derived else set())))
+        elif self.derived:
+            lengths = tuple(sorted({round(train_len * f) for f in self.length_factors}))
+        if self.derived:
+            return replace(self, lengths=lengths, reference_length=train_len, length_factors=None, contexts=contexts)
+        return replace(self, contexts=contexts, **({"lengths": lengths} if lengths is not None else {}))
+
+
+def _sized_context(spec: ContextSpec, train_len: int, bins) -> ContextSpec:
+    from dataclasses import replace
+
+    target = spec.target
+    if isinstance(target, str):
+        head, _, div = target.partition("/")
+        if head != "L" or not div.isdigit() or int(div) < 1:
+            raise ValueError(f"context target must be a token count or 'L/<d>', got {target!r}")
+        target = train_len // int(div)
+    options = spec.options
+    if "keys" in spec.generators and "bins" not in options.get("keys", {}):
+        options = {**options, "keys": {**options.get("keys", {}), "bins": [list(b) for b in bins]}}
+    return replace(spec, target=target, options=options)
 
 
 def method_params(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> dict:

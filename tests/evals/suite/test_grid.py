@@ -424,3 +424,67 @@ def test_a_signal_stops_the_suite_with_one_line_naming_the_cells_folder(tiny, tm
     counted = _counting(monkeypatch)
     run_suite(_preset(tiny), out, cells_dir=cells, progress=False, log=lambda m: None)
     assert len(counted) == 10 and len(CellStore(cells)) == 12
+
+
+def _trained_at(root, length):
+    from posenc.hf.export import byte_tokenizer
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=260, max_position_embeddings=length)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(root)
+    byte_tokenizer().save_pretrained(root)
+    return root
+
+
+def _derived(model, **kw):
+    """The ``model`` preset on ``model``, with fewer cells: 4 keys in one context, 2 book passages."""
+    from dataclasses import replace
+
+    from posenc.evals.suite.presets import SUITE_PRESETS
+
+    contexts = (ContextSpec("noise", ("keys",), seeds=1, options={"keys": {"n_keys": 4}}),
+                ContextSpec("book", ("passkey",), seeds=2, target="L/16"))
+    return replace(SUITE_PRESETS["model"], model=str(model), methods=("none", "selfextend"), contexts=contexts, **kw)
+
+
+def test_a_model_trained_too_short_for_the_contexts_is_refused_in_one_line(tmp_path):
+    model = _trained_at(tmp_path / "m64", 64)
+    with pytest.raises(ValueError, match="model trained at 64 tokens: the context noise:keys does not fit its "
+                                         "length 32") as err:
+        run_suite(_derived(model), tmp_path / "out", progress=False, log=lambda m: None)
+    assert "\n" not in str(err.value) and not (tmp_path / "out" / "results.json").exists()
+
+
+def test_below_the_floor_the_run_stops_after_the_reference_cells(tmp_path):
+    """A random model finds no key at its trained length: the run stops with one line after the untouched model's
+    cells there, before any other row runs, and writes no results (so no effective length against 0)."""
+    model = _trained_at(tmp_path / "m", L)
+    ran = []
+    with pytest.raises(ValueError, match=r"finds 0 of 4 keys \(0.00\) at its trained length 1024, below the floor "
+                                         "0.5") as err:
+        run_suite(_derived(model), tmp_path / "out", progress=False, log=ran.append, lengths=(1024, 2048))
+    assert "\n" not in str(err.value) and not (tmp_path / "out" / "results.json").exists()
+    assert ran and all(line.split()[1:4] == ["none", "@", "1024"] for line in ran)  # the reference cells only
+
+
+def test_past_the_floor_the_run_uses_the_models_lengths_and_judges_by_the_interval_rule(tmp_path, monkeypatch):
+    """The scorer patched to find every key: lengths L/2..4L of the model's L, verdicts and effective lengths by
+    posenc.evals.suite.verdict, keys by distance bin, perplexity ratios over the passages, the answer-first report."""
+    from posenc.evals.suite import prefill
+
+    monkeypatch.setattr(prefill, "score", lambda text, golds: (True, 1.0))
+    model = _trained_at(tmp_path / "m", L)
+    res = run_suite(_derived(model), tmp_path / "out", progress=False, log=lambda m: None)
+    assert sorted({r["eval_len"] for r in res["records"]}) == [512, 1024, 2048, 4096]
+    ref = res["reference"]
+    assert ref["length"] == L and ref["interval"]["k"] == ref["interval"]["n"] == 4 and not ref["below_floor"]
+    none = res["verdicts"]["none"]
+    assert none["per_length"][2048]["retrieval"] == "kept" and none["per_length"][2048]["ppl"] in ("kept", "undecided")
+    assert res["effective"]["none"]["effective_length"] == none["effective_length"]
+    rec = next(r for r in res["records"] if r["method"] == "selfextend" and r["eval_len"] == 4096)
+    assert {b["bin"] for b in rec["by_bin"]} == {0, 1, 2} and rec["ppl_ratio"]["n"] == 2
+    assert set(rec["ppl_vs"]) == {"none"} and rec["ppl_vs"]["none"]["n"] == 2
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.index("## Verdicts") < md.index("accuracy_by_length.png") < md.index("Keys found by distance back")
+    assert (tmp_path / "out" / "accuracy_by_distance.png").stat().st_size > 0

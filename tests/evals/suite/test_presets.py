@@ -9,7 +9,7 @@ from posenc.evals.suite import SuitePreset
 def test_presets_are_valid_and_documented():
     from posenc.evals.suite.presets import SUITE_PRESETS
 
-    short, full = SUITE_PRESETS["smollm2"], SUITE_PRESETS["smollm2_full"]
+    short, full = SUITE_PRESETS["smollm2"].sized(8192), SUITE_PRESETS["smollm2_full"]  # derived from L = 8192
     assert short.lengths == (8192, 16384) and full.lengths == (4096, 8192, 16384, 32768)
     assert set(short.methods) <= set(full.methods)  # a full run holds every cell of the short one
     assert full.reference_length == 8192 == short.reference_length  # SmolLM2's trained length

@@ -86,3 +86,75 @@ def test_a_row_label_holding_an_at_sign_keeps_its_lengths():
 
     pairs = {"dca@qwen@32768": "pruned", "dca@16384": "pruned", "dca@qwen@16384": "pruned"}
     assert _lengths_of("dca@qwen", pairs) == [16384, 32768] and _lengths_of("dca", pairs) == [16384]
+
+
+def test_perplexity_ratios_are_paired_over_passages_against_a_hand_computation():
+    import math
+
+    from posenc.evals.suite.results import ppl_ratio
+
+    row = {"book:niah/0": 3.0, "book:niah/1": 3.2, "book:niah/2": 2.9, "book:niah/3": 3.1, "book:niah/9": 9.0}
+    ref = {"book:niah/0": 2.9, "book:niah/1": 3.0, "book:niah/2": 2.9, "book:niah/3": 3.0}
+    got = ppl_ratio(row, ref)
+    d = [0.1, 0.2, 0.0, 0.1]  # log ratios of the 4 shared passages (the fifth is not paired)
+    mean = sum(d) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
+    half = 3.182446 * sd / 2  # t(0.975, 3) x sd / sqrt(4)
+    assert got["n"] == 4 and got["value"] == pytest.approx(math.exp(mean))
+    assert (got["lo"], got["hi"]) == pytest.approx((math.exp(mean - half), math.exp(mean + half)), rel=1e-5)
+    one = ppl_ratio({"a/0": 3.0}, {"a/0": 2.0})
+    assert one["n"] == 1 and one["lo"] is None and ppl_ratio({"a/0": 1.0}, {"b/0": 1.0}) is None
+
+
+def test_keys_are_counted_by_distance_bin():
+    from posenc.evals.suite.results import by_bin
+
+    bins = [[256, 2048], [2048, 8192], [8192, 32768]]
+    answers = [{"kind": "niah_keys", "correct": c, "distance": d} for c, d in
+               ((True, 300), (False, 1000), (True, 3000), (True, 9000), (False, 20000))]
+    answers.append({"kind": "passkey", "correct": True, "distance": 500})  # the control is not binned
+    got = by_bin(answers, bins)
+    assert [(b["bin"], b["interval"]["k"], b["interval"]["n"], b["distance"]) for b in got] == [
+        (0, 1, 2, 650), (1, 1, 1, 3000), (2, 1, 2, 14500)]
+
+
+def _newcombe_by_hand(e, f, g, h):
+    """Newcombe's method 10 written out from the paper's formulas (z = 1.959964), independent of posenc."""
+    import math
+
+    z, n = 1.959964, e + f + g + h
+
+    def wil(k):
+        p = k / n
+        c = (p + z * z / (2 * n)) / (1 + z * z / n)
+        w = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return p, c - w, c + w
+
+    (pa, la, ua), (pb, lb, ub) = wil(e + f), wil(e + g)
+    cross = e * h - f * g
+    c = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0)
+    phi = c / math.sqrt((e + f) * (g + h) * (e + g) * (f + h))
+    d = pa - pb
+    lo = d - math.sqrt((pa - la) ** 2 - 2 * phi * (pa - la) * (ub - pb) + (ub - pb) ** 2)
+    hi = d + math.sqrt((ua - pa) ** 2 - 2 * phi * (ua - pa) * (pb - lb) + (pb - lb) ** 2)
+    return d, lo, hi
+
+
+def test_suite_comparisons_are_newcombes_interval_by_hand():
+    """24 keys per row: 14 both found, 6 only the row, 1 only the other, 3 neither."""
+    a = [1] * 14 + [1] * 6 + [0] * 1 + [0] * 3
+    b = [1] * 14 + [0] * 6 + [1] * 1 + [0] * 3
+    outcomes = {("none", 1024): [1] * 24, ("selfextend", 1024): [1] * 24, ("yarn", 1024): [1] * 24,
+                ("none", 2048): [0] * 24, ("selfextend", 2048): b, ("yarn", 2048): a}
+    contexts = (CONTEXTS[0], ContextSpec("noise", ("passkey",), seeds=24))
+    preset = _preset(contexts=contexts)
+    store = Store()
+    for (method, n), hits in outcomes.items():
+        params = method_params(method, L, n, FACTS.head_dim, FACTS.base, {})
+        for s, hit in enumerate(hits):
+            ans = {"kind": "passkey", "correct": bool(hit), "depth": 0.5, "distance": 9, "chance": 0.0}
+            store.put(cell_key("tiny", method, params, n, contexts[1], s, False), {"answers": [ans]})
+    yarn = next(c for c in paired_differences(preset, FACTS, store, ("passkey",)) if c["method"] == "yarn")
+    d, lo, hi = _newcombe_by_hand(14, 6, 1, 3)
+    assert (yarn["value"], yarn["lo"], yarn["hi"]) == pytest.approx((d, lo, hi), abs=1e-6)
+    assert (yarn["wins"], yarn["losses"], yarn["n"]) == (6, 1, 24) and yarn["lo"] < 0 < yarn["hi"]  # 6-1: not separated

@@ -51,3 +51,32 @@ def test_a_shared_cells_folder_never_gives_one_model_the_others_numbers(ab, tmp_
     assert b["records"][0]["ppl"] != a["records"][0]["ppl"]
     c = run_suite(_preset(ab / "c" / "model"), tmp_path / "C", cells_dir=cells, report_only=True, **quiet)
     assert c["meta"]["complete"] and c["records"][0]["ppl"] == a["records"][0]["ppl"]
+
+
+def test_a_derived_preset_takes_lengths_bins_and_targets_from_the_trained_length():
+    from posenc.evals.suite.presets import SUITE_PRESETS
+
+    model, short = SUITE_PRESETS["model"], SUITE_PRESETS["smollm2"]
+    assert model.derived and short.derived
+    got = model.sized(2048)
+    assert got.lengths == (1024, 2048, 4096, 8192) and got.reference_length == 2048 and not got.derived
+    keys = next(c for c in got.contexts if "keys" in c.generators)
+    assert keys.options["keys"] == {"n_keys": 8, "bins": [[64, 512], [512, 2048], [2048, 8192]]}
+    assert next(c for c in got.contexts if c.haystack == "book").target == 2048 // 16
+    # SmolLM2's named preset by the same rule: 8k and 16k, the 512-token passages and the 256-2k near bin
+    s = short.sized(8192)
+    assert s.lengths == (8192, 16384) and s.reference_length == 8192 and s.floor == 0.5
+    assert next(c for c in s.contexts if c.haystack == "book").target == 512
+    assert next(c for c in s.contexts if "keys" in c.generators).options["keys"]["bins"][0] == [256, 2048]
+    # --lengths replaces the lengths and keeps L, the reference
+    assert model.sized(2048, lengths=(4096, 1024)).lengths == (1024, 2048, 4096)
+
+
+def test_a_fixed_preset_keeps_its_lengths_and_a_bad_target_is_refused():
+    fixed = SuitePreset(name="f", description="t", lengths=(1024, 2048), reference_length=1024,
+                        contexts=(ContextSpec("noise", ("passkey",)),))
+    assert fixed.sized(4096).lengths == (1024, 2048) and fixed.sized(4096).reference_length == 1024
+    bad = SuitePreset(name="b", description="t", length_factors=(1, 2), contexts=(ContextSpec("book", ("passkey",),
+                                                                                             target="M/16"),))
+    with pytest.raises(ValueError, match="'L/<d>'"):
+        bad.sized(1024)

@@ -1,0 +1,244 @@
+"""The suite report's answer-first pages, for runs judged by the interval rule (:mod:`posenc.evals.suite.verdict`).
+
+The first screen holds the answer: the model, its trained length ``L``, the reference (the untouched model's keys
+found at ``L``, with n and interval), the verdict of every method (extends to N / keeps perplexity only / neither
+/ undecided) and one figure, accuracy against length with Wilson intervals, one line per method. Then: accuracy
+by distance back (a figure, one panel per length, and a table), the paired perplexity ratios over passages, the
+paired differences in keys found (Newcombe), saying which are separated from zero, and the cost. Rows left out
+are one line. Colours: the lab's family colours (:func:`posenc.evals.report.families.palette`), one per row.
+
+Cost: each cell records the machine's 1-minute load when it started; a prefill time is compared only with those
+measured under a similar load (:data:`LOAD_BAND`), the others are shown as not compared. Peak memory is not
+reported: it was read in a long-lived process, where it depends on what ran before.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from posenc._figures import new_figure, save_png
+from posenc.methods import is_identity
+
+__all__ = ["LOAD_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "length_rows", "plot_accuracy",
+           "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
+
+LOAD_BAND = 1.0
+"""Two cells' prefill times are compared only when the machine's load at their starts differs by at most this."""
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def _grid(results: dict) -> tuple[list[str], list[int], dict]:
+    recs = results["records"]
+    methods = list(dict.fromkeys(r["method"] for r in recs))
+    return methods, sorted({r["eval_len"] for r in recs}), {(r["method"], r["eval_len"]): r for r in recs}
+
+
+def _iv(iv: dict | None) -> str:
+    if not iv or not iv.get("n"):
+        return "-"
+    return f"{iv['k']}/{iv['n']} = {iv['value']:.2f} [{iv['lo']:.2f}, {iv['hi']:.2f}]"
+
+
+def _ratio(r: dict | None) -> str:
+    if not r:
+        return "-"
+    ends = f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else " (one passage: no interval)"
+    return f"{r['value']:.2f}{ends} n={r['n']}"
+
+
+def colors(results: dict) -> dict[str, tuple]:
+    """One colour per row: the untouched model black, the others their family's shades (distinct)."""
+    from posenc.evals.report.families import palette
+
+    methods, _, _ = _grid(results)
+    name = str(results["meta"].get("model_id", "model"))
+    pal = palette([(name, m) for m in methods if not is_identity(m)])
+    return {m: (0.0, 0.0, 0.0) if is_identity(m) else pal[(name, m)]["color"] for m in methods}
+
+
+def first_screen(results: dict) -> list[str]:
+    """The lines above the verdicts: model, L, reference with n and interval, the floor, the rule."""
+    from posenc.evals.suite.verdict import rule_text
+
+    meta, ref = results["meta"], results.get("reference", {})
+    lengths = _grid(results)[1]
+    lines = [f"Model: {meta.get('model')}, trained at L = {meta.get('train_len')} tokens; lengths "
+             + ", ".join(_k(n) for n in lengths) + "."]
+    iv = ref.get("interval") or {}
+    lines.append(f"Reference: the untouched model at L finds {_iv(iv)} of the keys (Wilson 95%)"
+                 + (f"; floor {ref['floor']:g}" if ref.get("floor") is not None else "") + ".")
+    if ref.get("below_floor"):
+        lines.append("The reference is below the floor (or not run yet): no method is judged and no effective "
+                     "length is given.")
+    lines.append(rule_text(ref.get("ppl_bound", 1.25)))
+    left = meta.get("left_out") or {}
+    if left:
+        lines.append(f"Left out: {len(left)} rows (" + ", ".join(sorted(left)) + "); the reasons are in the run "
+                     "details.")
+    missing = meta.get("missing") or {}
+    if missing:
+        lines.append(f"Not finished: {sum(missing.values())} cells not run yet (" + ", ".join(sorted(missing))
+                     + "); the rows hold the cells finished so far.")
+    return lines
+
+
+def verdict_rows(results: dict) -> list[tuple[str, str, str]]:
+    """``(method, verdict, effective length)`` per judged row, the untouched model first."""
+    eff = results.get("effective", {})
+    out = []
+    for m, v in results.get("verdicts", {}).items():
+        verdict = v["verdict"]
+        if v.get("undecided_at"):
+            verdict += f" (undecided at {_k(v['undecided_at'])})"
+        if verdict.startswith("extends to "):
+            verdict = "extends to " + _k(int(verdict.rsplit(" ", 1)[1]))
+        e = (eff.get(m) or {}).get("effective_length")
+        out.append((m, verdict, _k(e) if e else "none"))
+    return out
+
+
+def separated_rows(results: dict) -> list[tuple[str, ...]]:
+    """The paired differences in keys found: ``(length, method, versus, difference [interval], wins-losses of n,
+    separated or not)``; separated when Newcombe's interval excludes 0."""
+    out = []
+    for c in results.get("comparisons") or []:
+        if not c["n"]:
+            continue
+        sep = c["lo"] > 0 or c["hi"] < 0
+        out.append((_k(c["length"]), c["method"], c["versus"], f"{c['value']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]",
+                    f"{c['wins']}-{c['losses']} of {c['n']}", "separated" if sep else "not separated"))
+    return out
+
+
+def length_rows(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows: per method, at each length the keys found (k/n, value, Wilson 95%) and the perplexity of
+    the target passages (geometric mean over them)."""
+    methods, lengths, by = _grid(results)
+    rows = []
+    for m in methods:
+        cells = []
+        for n in lengths:
+            r = by.get((m, n))
+            ppl = "" if r is None or r.get("ppl") is None else f"; PPL {r['ppl']:.3g}"
+            cells.append("-" if r is None else _iv(r["retrieval"]) + ppl)
+        rows.append((m, *cells))
+    return ("method", *[_k(n) for n in lengths]), rows
+
+
+def distance_rows(results: dict) -> list[tuple[str, ...]]:
+    """Keys found per distance bin: ``(method, length, bin edges, k/n [interval], mean distance)``."""
+    methods, lengths, by = _grid(results)
+    out = []
+    for m in methods:
+        for n in lengths:
+            for b in (by.get((m, n)) or {}).get("by_bin") or []:
+                out.append((m, _k(n), f"{b['from']}-{b['to']}", _iv(b["interval"]), str(b["distance"])))
+    return out
+
+
+def ppl_rows(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows of the paired perplexity ratios: per (method, length) the ratio to the untouched model at L
+    and to each comparison row at the same length (geometric mean over passages, t 95% interval)."""
+    methods, lengths, by = _grid(results)
+    versus = list(dict.fromkeys(v for r in results["records"] for v in (r.get("ppl_vs") or {})))
+    header = ("method", "length", "PPL", "/ untouched at L", *[f"/ {v}" for v in versus])
+    rows = []
+    for m in methods:
+        for n in lengths:
+            r = by.get((m, n))
+            if r is None or r.get("ppl") is None:
+                continue
+            rows.append((m, _k(n), f"{r['ppl']:.3g}", _ratio(r.get("ppl_ratio")),
+                         *[_ratio((r.get("ppl_vs") or {}).get(v)) for v in versus]))
+    return header, rows
+
+
+def cost_rows(results: dict) -> list[tuple[str, ...]]:
+    """Per (method, length): mean prefill seconds and the mean load at the cells' starts; a time is shown only
+    when its load is within :data:`LOAD_BAND` of the lowest load at that length (else "not compared")."""
+    methods, lengths, by = _grid(results)
+    out = []
+    for n in lengths:
+        loads = [by[(m, n)].get("loadavg") for m in methods if (m, n) in by and by[(m, n)].get("loadavg") is not None]
+        low = min(loads) if loads else None
+        for m in methods:
+            r = by.get((m, n))
+            if r is None:
+                continue
+            load = r.get("loadavg")
+            ok = load is not None and low is not None and load - low <= LOAD_BAND
+            time = f"{r['prefill_s']:.0f} s" if ok else f"not compared (load {load:.1f} vs {low:.1f})" \
+                if load is not None and low is not None else "not compared (load not recorded)"
+            out.append((m, _k(n), time, "?" if load is None else f"{load:.1f}", str(r.get("cells", ""))))
+    return out
+
+
+def plot_accuracy(results: dict, path: Path) -> Path:
+    """Keys found against length, Wilson 95% intervals as error bars, one line per method; the reference's
+    interval as a grey band, L dashed."""
+    methods, lengths, by = _grid(results)
+    col = colors(results)
+    fig, (ax,) = new_figure(7.5, 3.6)
+    for i, m in enumerate(methods):
+        pts = [(n, by[(m, n)]["retrieval"]) for n in lengths if (m, n) in by and by[(m, n)]["retrieval"].get("n")]
+        if not pts:
+            continue
+        shift = 2 ** ((i - (len(methods) - 1) / 2) * 0.03)  # a little apart, so the bars do not hide each other
+        xs = [n * shift for n, _ in pts]
+        ys = [iv["value"] for _, iv in pts]
+        err = [[iv["value"] - iv["lo"] for _, iv in pts], [iv["hi"] - iv["value"] for _, iv in pts]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", color=col[m], label=m, lw=2 if is_identity(m) else 1.3, capsize=3)
+    iv = (results.get("reference") or {}).get("interval") or {}
+    if iv.get("n"):
+        ax.axhspan(iv["lo"], iv["hi"], color="grey", alpha=0.15, lw=0, label="reference (untouched at L)")
+    train = results["meta"].get("train_len")
+    if train:
+        ax.axvline(train, color="grey", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [_k(n) for n in lengths])
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("context length (dashed: trained length L)")
+    ax.set_ylabel("keys found")
+    ax.set_title("keys found against length (Wilson 95% intervals)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    return save_png(fig, path, 100)
+
+
+def plot_distance(results: dict, path: Path) -> Path | None:
+    """Keys found against distance back, one panel per length, one line per method (Wilson intervals)."""
+    methods, lengths, by = _grid(results)
+    at = [n for n in lengths if any((by.get((m, n)) or {}).get("by_bin") for m in methods)]
+    if not at:
+        return None
+    col = colors(results)
+    fig, axes = new_figure(3.4 * len(at) + 0.6, 3.2, 1, len(at))
+    for ax, n in zip(axes, at):
+        for m in methods:
+            bins = (by.get((m, n)) or {}).get("by_bin") or []
+            if not bins:
+                continue
+            xs = [b["distance"] for b in bins]
+            ys = [b["interval"]["value"] for b in bins]
+            err = [[b["interval"]["value"] - b["interval"]["lo"] for b in bins],
+                   [b["interval"]["hi"] - b["interval"]["value"] for b in bins]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", color=col[m], label=m, capsize=2, lw=1.2)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"at {_k(n)}", fontsize=9)
+        ax.set_xlabel("tokens back (bin mean)")
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_formatter(_tokens_formatter())
+    axes[0].set_ylabel("keys found")
+    axes[-1].legend(fontsize=7)
+    return save_png(fig, path, 100)
+
+
+def _tokens_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _: f"{x / 1024:g}k" if x >= 1024 else f"{x:g}" if math.isfinite(x) else "")

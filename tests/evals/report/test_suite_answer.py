@@ -1,0 +1,115 @@
+"""posenc.evals.report.suite_answer: the answer-first report of a run judged by the interval rule, on hand-made
+results: the verdict list and one figure on the first screen (a Chromium screenshot, as for the docs pages),
+left-out rows in one line, one colour per row, times compared only under a similar load."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from posenc.evals.report import suite_answer as a
+from posenc.evals.report.suite import write_report
+from posenc.evals.stats.intervals import wilson
+
+L = 8192
+METHODS = ("none", "yarn", "selfextend", "ntk", "dca", "streaming_llm", "string", "rerope")
+
+
+def _iv(k, n):
+    i = wilson(k, n)
+    return {"k": k, "n": n, "value": i.value, "lo": i.lo, "hi": i.hi}
+
+
+def results(load=lambda m, n: 2.0) -> dict:
+    hits = {"none": (20, 2), "yarn": (20, 15), "selfextend": (21, 20), "ntk": (20, 12), "dca": (20, 19),
+            "streaming_llm": (20, 8), "string": (21, 21), "rerope": (19, 5)}
+    records = []
+    for m in METHODS:
+        for i, n in enumerate((L, 2 * L)):
+            k = hits[m][i]
+            bins = [{"bin": b, "from": lo, "to": hi, "distance": (lo + hi) // 2, "interval": _iv(min(k // 3, 8), 8)}
+                    for b, (lo, hi) in enumerate(((256, 2048), (2048, 8192), (8192, 32768))[:2 + i])]
+            records.append({"method": m, "eval_len": n, "retrieval": _iv(k, 24), "ppl": 10.0 + i, "cells": 11,
+                            "ppl_ratio": {"value": 1.0 + 0.1 * i, "lo": 0.95, "hi": 1.1 + 0.2 * i, "n": 4},
+                            "ppl_vs": {"none": {"value": 0.9, "lo": 0.8, "hi": 1.0, "n": 4}} if m != "none" else {},
+                            "by_bin": bins, "prefill_s": 80.0 * (i + 1), "loadavg": load(m, n),
+                            "tasks": {"niah_keys": {**_iv(k, 24), "chance": 1 / 8}}})
+    verdicts = {"none": {"verdict": "keeps perplexity only", "effective_length": L, "undecided_at": None},
+                "selfextend": {"verdict": f"extends to {2 * L}", "effective_length": 2 * L, "undecided_at": None},
+                "yarn": {"verdict": "undecided", "effective_length": L, "undecided_at": 2 * L}}
+    verdicts.update({m: {"verdict": "neither", "effective_length": L, "undecided_at": None} for m in METHODS[3:]})
+    return {"meta": {"preset": "smollm2", "model": "smollm2", "model_id": "smollm2-abc", "train_len": L,
+                     "left_out": {f"m{i}@{2 * L}": "retrieval below" for i in range(13)}, "missing": {},
+                     "machine": {}, "config": {}},
+            "reference": {"rule": "interval", "length": L, "interval": _iv(20, 24), "floor": 0.5,
+                          "below_floor": False, "ppl_bound": 1.25, "kinds": ["niah_keys"]},
+            "records": records, "verdicts": verdicts,
+            "effective": {m: {"effective_length": v["effective_length"]} for m, v in verdicts.items()},
+            "comparisons": [{"length": 2 * L, "method": "string", "versus": "none", "n": 24, "value": 19 / 24,
+                             "lo": 0.55, "hi": 0.9, "wins": 19, "losses": 0},
+                            {"length": 2 * L, "method": "yarn", "versus": "selfextend", "n": 24, "value": -5 / 24,
+                             "lo": -0.4, "hi": 0.02, "wins": 1, "losses": 6}]}
+
+
+def test_first_screen_lines_verdicts_and_left_out_in_one_line():
+    res = results()
+    lines = a.first_screen(res)
+    assert lines[0].startswith("Model: smollm2, trained at L = 8192") and "20/24 = 0.83 [0.64, 0.93]" in lines[1]
+    assert sum(line.startswith("Left out:") for line in lines) == 1
+    rows = dict((m, v) for m, v, _ in a.verdict_rows(res))
+    assert rows["selfextend"] == "extends to 16k" and rows["yarn"] == "undecided (undecided at 16k)"
+    assert [r[-1] for r in a.separated_rows(res)] == ["separated", "not separated"]
+    cols = a.colors(res)
+    assert len(set(cols.values())) == len(METHODS) and cols["none"] == (0.0, 0.0, 0.0)
+
+
+def test_a_reference_below_the_floor_judges_nothing():
+    res = results()
+    res["reference"]["below_floor"] = True
+    res["verdicts"] = {}
+    assert any("no method is judged" in line for line in a.first_screen(res)) and a.verdict_rows(res) == []
+
+
+def test_times_measured_under_another_load_are_not_compared():
+    res = results(load=lambda m, n: 9.5 if m == "yarn" else 2.0)
+    rows = {(m, n): t for m, n, t, *_ in a.cost_rows(res)}
+    assert rows[("none", "16k")] == "160 s" and rows[("yarn", "16k")] == "not compared (load 9.5 vs 2.0)"
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+
+
+@pytest.mark.slow
+def test_the_first_screen_shows_the_verdicts_and_the_figure(tmp_path):
+    """report.html in Chromium at 1400 x 1000: the verdict list and the whole accuracy-by-length figure are on the
+    first screen, above any table; the screenshot is kept (POSENC_SHOTS, else the test's folder)."""
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium): the screenshot needs a real browser")
+    from playwright.sync_api import sync_playwright
+
+    paths = write_report(results(), tmp_path)
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                        headless=True, args=FLAGS,
+                                                        viewport={"width": 1400, "height": 1000})
+        try:
+            tab = context.new_page()
+            tab.goto(paths["html"].as_uri(), wait_until="load")
+            shots = Path(os.environ.get("POSENC_SHOTS") or tmp_path)
+            shots.mkdir(parents=True, exist_ok=True)
+            tab.screenshot(path=str(shots / "suite-report-first-screen.png"))
+            figure = tab.locator("img").first.bounding_box()
+            verdicts = tab.locator("#verdicts").bounding_box()
+            items = tab.locator("#verdicts li").all_inner_texts()
+            first_table = tab.locator("table").first.bounding_box()
+            complete = tab.evaluate("() => Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+        finally:
+            context.close()
+    assert complete and figure["y"] + figure["height"] <= 1000 and verdicts["y"] + verdicts["height"] <= 1000
+    assert len(items) == len(METHODS) and any("selfextend: extends to 16k" in t for t in items)
+    assert first_table["y"] >= 1000 - 1 or first_table["y"] > figure["y"] + figure["height"]
