@@ -140,9 +140,10 @@ def key_bins(train_len: int) -> tuple[tuple[int, int], ...]:
 def keys(rng: random.Random, pool: KeyPool, n_keys: int = 8, bins=((256, 2048), (2048, 8192), (8192, 32768)),
          length: int = 0):
     """``n_keys`` multi-key needles with distinct keys and 7-digit values, each asked for alone, placed by distance
-    back (:attr:`Needle.back`): key ``j`` goes to the ``j % b``-th of the ``b`` bins that fit a ``length``-token
+    back (:attr:`Needle.back`): key ``j`` goes to the ``(j + r) % b``-th of the ``b`` bins that fit a ``length``-token
     context (a bin fits when its lower edge is below 80% of ``length``; its upper edge is cut to 95% of it), at a
-    fraction drawn uniformly in [0.1, 0.9] of the bin. The keys, values and fractions are the same at every length
+    fraction drawn uniformly in [0.1, 0.9] of the bin (``r``: a rotation drawn once per context, so that contexts
+    of fewer keys than bins still cover every bin). The keys, values and fractions are the same at every length
     (one draw each, whatever fits); only which bins exist depends on the length. Chance: a random pick among the
     ``n_keys`` magic numbers."""
     if n_keys < 1:
@@ -153,12 +154,13 @@ def keys(rng: random.Random, pool: KeyPool, n_keys: int = 8, bins=((256, 2048), 
     names = [pool.key() for _ in range(n_keys)]
     values = [pool.number(7) for _ in names]
     fractions = [rng.uniform(0.1, 0.9) for _ in names]
+    rotation = rng.randrange(len(bins) * 2 * 3)  # a multiple of 1, 2 and 3 bins: every rotation as likely
     fit = [(lo, min(hi, int(0.95 * length))) for lo, hi in bins if lo < 0.8 * length]
     if not fit:
         raise ValueError(f"length {length} is too short for every distance bin {bins}")
     needles = []
     for j, (k, v, u) in enumerate(zip(names, values, fractions)):
-        lo, hi = fit[j % len(fit)]
+        lo, hi = fit[(j + rotation) % len(fit)]
         needles.append(Needle(_MAGIC.format(key=k, value=v), 0.0, "niah_keys", back=round(lo + u * (hi - lo))))
     queries = [Query("niah_keys", f"What is the special magic number for {k} mentioned in the provided text?",
                      f"The special magic number for {k} mentioned in the provided text is", (v,), 1 / n_keys, 10,
