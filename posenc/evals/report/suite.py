@@ -381,8 +381,9 @@ def _answer_markdown(results: dict, images: list[Path]) -> str:
 
     meta = results["meta"]
     tables = answer_sections(results)
+    verdicts = tables[0][1].markdown() if tables[0][1].rows else "None: no method is judged."
     out = [f"# posenc long-context suite: {meta.get('preset')}", "", *first_screen(results), "",
-           "## " + tables[0][0], "", tables[0][1].markdown(), ""]
+           "## " + tables[0][0], "", verdicts, ""]
     out += [f"![{p.stem}]({p.name})" for p in images[:1]] + [""]
     for i, (title, t) in enumerate(tables[1:]):
         out += [f"## {title}", "", t.markdown(), ""]

@@ -205,7 +205,8 @@ def plot_accuracy(results: dict, path: Path) -> Path:
     ax.set_ylabel("keys found")
     ax.set_title("keys found against length (Wilson 95% intervals)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower left")
     return save_png(fig, path, 100)
 
 

@@ -466,6 +466,12 @@ def test_below_the_floor_the_run_stops_after_the_reference_cells(tmp_path):
         run_suite(_derived(model), tmp_path / "out", progress=False, log=ran.append, lengths=(1024, 2048))
     assert "\n" not in str(err.value) and not (tmp_path / "out" / "results.json").exists()
     assert ran and all(line.split()[1:4] == ["none", "@", "1024"] for line in ran)  # the reference cells only
+    # a report of those cells judges nothing: no verdict, no effective length
+    res = run_suite(_derived(model), tmp_path / "out", progress=False, log=lambda m: None, lengths=(1024, 2048),
+                    report_only=True)
+    assert res["reference"]["below_floor"] and res["verdicts"] == {}
+    assert all(e["effective_length"] is None for e in res["effective"].values())
+    assert "None: no method is judged." in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_past_the_floor_the_run_uses_the_models_lengths_and_judges_by_the_interval_rule(tmp_path, monkeypatch):
