@@ -2,7 +2,7 @@
 prefill seconds at 2k/8k/16k and decode tokens/s after each, for the untouched model, YaRN and SelfExtend.
 
     .venv/bin/python -m benchmarks.bench_llamacpp_speed [--lengths 2048,8192,16384] [--decode 32] [--threads 2]
-        [--repeats 1] [--force]
+        [--repeats 1] [--force] [--out DIR]
 
 Engines, one cell each per (method, length), all cells of a length run one after another (interleaved, so load
 affects them alike), each with ``os.getloadavg()`` before and after:
@@ -37,15 +37,18 @@ TRAIN = 8192
 
 
 def _posenc_cell(model, ids, decode: int) -> dict:
+    from posenc.evals.suite.prefill import cache_kwarg, output_cache
+
+    kw = cache_kwarg(model)  # the cache argument's name in this transformers
     t = time.perf_counter()
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - t
-        cache, nxt = out.past_key_values, out.logits[0, -1].argmax().view(1, 1)
+        cache, nxt = output_cache(out), out.logits[0, -1].argmax().view(1, 1)
         t = time.perf_counter()
         for _ in range(decode):
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache, nxt = out.past_key_values, out.logits[0, -1].argmax().view(1, 1)
+            out = model(input_ids=nxt, use_cache=True, **{kw: cache})
+            cache, nxt = output_cache(out), out.logits[0, -1].argmax().view(1, 1)
     return {"prefill_s": prefill, "decode_tok_s": decode / (time.perf_counter() - t)}
 
 
@@ -68,7 +71,7 @@ def _llama_cell(llm, ids, decode: int, group: int | None, window: int | None) ->
         batch.close()
 
 
-def run(lengths, decode: int, threads: int, repeats: int, force: bool) -> dict:
+def run(lengths, decode: int, threads: int, repeats: int, force: bool, out_dir=None) -> dict:
     from posenc.hf.gguf_export import serve_extended
     from posenc.hf.llamacpp import open_gguf
     from posenc.hf.patch import extend
@@ -113,7 +116,7 @@ def run(lengths, decode: int, threads: int, repeats: int, force: bool) -> dict:
                     out["rows"].append({"length": n, "method": method, "params": {"yarn": {"factor": factor},
                                         "selfextend": se}.get(method, {}), "cells": cells,
                                         "posenc_over_llama": ratios, "loadavg": [l0, os.getloadavg()]})
-                    write_json("llamacpp_speed", out)
+                    write_json("llamacpp_speed", out, out_dir)
     return out
 
 
@@ -124,8 +127,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--force", action="store_true")
+    p.add_argument("--out", default=None, metavar="DIR", help="folder for llamacpp_speed.json (benchmarks/results)")
     a = p.parse_args(argv)
-    run([int(x) for x in a.lengths.split(",")], a.decode, a.threads, a.repeats, a.force)
+    run([int(x) for x in a.lengths.split(",")], a.decode, a.threads, a.repeats, a.force, a.out)
     return 0
 
 
