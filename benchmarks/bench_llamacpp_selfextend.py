@@ -10,7 +10,9 @@ llama.cpp; the same file dequantised to float32 in posenc's transformers path).
   posenc (what the method changes). Each pair: top-1 agreement, mean and max KL(a || b) in nats, mean |logit gap|.
 - ``passkeys``: the suite's short-preset pass-key contexts at 16384 (``noise:passkey:4``, seeds 0-3), SelfExtend
   group 4, window 4096 (the committed run's parameters), llama.cpp with flash attention, 2 threads; each answer
-  scored as the suite scores it, beside posenc's committed answer (``benchmarks/results/suite-smollm2/cells``).
+  scored as the suite scores it, beside posenc's committed answer (``benchmarks/results/suite-smollm2/cells``);
+  ``--stock-div`` measures llama.cpp's own ``llama_memory_seq_div`` instead of posenc's per-position shifts
+  (``posenc.hf.llamacpp.GroupAttention``: the stock call turns the grouped keys the wrong way in this llama.cpp).
 
 Writes ``benchmarks/results/llamacpp_selfextend.json`` after every measurement (a stopped run keeps what it did),
 with the load average before and after each.
@@ -110,7 +112,7 @@ def _posenc_cells() -> dict[int, dict]:
     return cells
 
 
-def passkey_part(out: dict, seeds) -> None:
+def passkey_part(out: dict, seeds, stock_div: bool = False) -> None:
     from posenc.hf.llamacpp import llama_cpp, open_gguf, selfextend_answer
     from posenc.hf.source import bundled_gguf, load_tokenizer
     from posenc.tasks.context import build_context
@@ -123,15 +125,16 @@ def passkey_part(out: dict, seeds) -> None:
     posenc = _posenc_cells()
     llm = open_gguf(bundled_gguf("smollm2"), n_ctx=LONG + 64, flash_attn=True)
     eos = lc.llama_vocab_eos(lc.llama_model_get_vocab(llm.model))
-    rows = out.setdefault("passkeys", {"length": LONG, "group": GROUP, "window": LONG_WINDOW, "flash_attn": True,
-                                       "threads": 2, "rows": []})["rows"]
+    name = "passkeys_stock_seq_div" if stock_div else "passkeys"
+    rows = out.setdefault(name, {"length": LONG, "group": GROUP, "window": LONG_WINDOW, "flash_attn": True,
+                                 "threads": 2, "rows": []})["rows"]
     for seed in seeds:
         ctx = build_context(tok, hay, LONG, ("passkey",), seed=seed)
         q = ctx.queries[0]
         load0 = os.getloadavg()
         t = time.perf_counter()
         text = selfextend_answer(llm, ctx.ids, q.ids, GROUP, LONG_WINDOW, max_new_tokens=q.max_new_tokens,
-                                 decode=tok.decode, eos=eos)
+                                 decode=tok.decode, eos=eos, stock_div=stock_div)
         rows.append({"seed": seed, "gold": list(q.golds), "llama_answer": text.strip(),
                      "llama_correct": score(text, q.golds)[0], "posenc": posenc.get(seed),
                      "seconds": time.perf_counter() - t, "loadavg": [load0, os.getloadavg()]})
@@ -142,17 +145,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.bench_llamacpp_selfextend", description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="logits,passkeys")
     p.add_argument("--seeds", default="0,1,2,3")
+    p.add_argument("--stock-div", action="store_true", help="llama.cpp's own llama_memory_seq_div (keys turned the "
+                   "wrong way in this llama.cpp), recorded as passkeys_stock_seq_div")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     path = RESULTS / "llamacpp_selfextend.json"
-    out = {k: v for k, v in json.loads(path.read_text()).items() if k in ("logits", "passkeys")} \
-        if path.is_file() else {}
+    kept = ("logits", "passkeys", "passkeys_stock_seq_div")
+    out = {k: v for k, v in json.loads(path.read_text()).items() if k in kept} if path.is_file() else {}
     parts = args.parts.split(",")
     if "logits" in parts:
         logits_part(out)
     if "passkeys" in parts:
-        out.pop("passkeys", None)
-        passkey_part(out, [int(s) for s in args.seeds.split(",")])
+        out.pop("passkeys_stock_seq_div" if args.stock_div else "passkeys", None)
+        passkey_part(out, [int(s) for s in args.seeds.split(",")], args.stock_div)
     print(Path(path).read_text())
     return 0
 

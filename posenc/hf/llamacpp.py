@@ -8,7 +8,9 @@ logits of a prompt (:func:`next_token_logits`), and SelfExtend as llama.cpp's gr
 tokens, whenever ``W`` tokens have gathered since the last grouped block, *moves* the cached keys: the block's
 positions are divided by ``G`` (``llama_memory_seq_div``, a floor) and every later key is shifted down to follow it
 (``llama_memory_seq_add``); RoPE of the shift is applied to the cached keys (RoPE composes: a key at ``p`` turned by
-``p // G - p`` is a key at ``p // G``). A query at original position ``q`` is then at ``E / G + (q - E)``, ``E``
+``p // G - p`` is a key at ``p // G``). posenc divides with one ``seq_add`` per position: llama.cpp's own
+``llama_memory_seq_div`` records the key's shift with the wrong sign in this version (:class:`GroupAttention`).
+A query at original position ``q`` is then at ``E / G + (q - E)``, ``E``
 the original position where the grouped blocks end (a multiple of ``W``); keys at or after ``E`` keep their exact
 distance, a key ``k < E`` is at distance ``E / G + (q - E) - k // G``.
 
@@ -110,12 +112,20 @@ def next_token_logits(llm, tokens, last: int = 1) -> np.ndarray:
 @dataclass
 class GroupAttention:
     """llama.cpp's group-attention state (``tools/completion``): ``n_past`` the next position in the moved
-    (grouped) position space, ``ga_i`` where the grouped positions end in it."""
+    (grouped) position space, ``ga_i`` where the grouped positions end in it.
+
+    The division of a block's positions is done as one ``llama_memory_seq_add`` per position (delta ``p // G - p``),
+    not with ``llama_memory_seq_div``: in the llama.cpp that llama-cpp-python 0.3.36 vendors,
+    ``llama_kv_cells::pos_div`` stores the position ``p // G`` but records the key shift as ``p - p // G``, the
+    opposite sign of ``pos_add``'s ``new - old``, so the cached key is rotated to ``2p - p // G`` instead of
+    ``p // G`` (the positions the mask and the queries use are right, the keys' rotation is not). ``stock_div=True``
+    calls ``llama_memory_seq_div`` as ``llama-completion`` does, to measure that."""
 
     group: int
     window: int
     n_past: int = 0
     ga_i: int = 0
+    stock_div: bool = False  # True: llama_memory_seq_div itself, keys rotated the wrong way (class docstring)
 
     def __post_init__(self):
         if self.group < 1 or self.window < 1 or self.window % self.group:
@@ -132,10 +142,21 @@ class GroupAttention:
             bd = (W // G) * (G - 1)
             dd = (W // G) - ib * bd - W
             lc.llama_memory_seq_add(mem, 0, self.ga_i, self.n_past, ib * bd)
-            lc.llama_memory_seq_div(mem, 0, self.ga_i + ib * bd, self.ga_i + ib * bd + W, G)
+            self._divide(lc, mem, self.ga_i + ib * bd, self.ga_i + ib * bd + W)
             lc.llama_memory_seq_add(mem, 0, self.ga_i + ib * bd + W, self.n_past + ib * bd, dd)
             self.n_past -= bd
             self.ga_i += W // G
+
+    def _divide(self, lc, mem, p0: int, p1: int) -> None:
+        """Positions ``[p0, p1)`` floor-divided by the group, keys rotated by ``p // G - p``: in increasing order, each
+        target ``p // G`` lies below every position still to move."""
+        G = self.group
+        if self.stock_div:
+            lc.llama_memory_seq_div(mem, 0, p0, p1, G)
+            return
+        for p in range(p0, p1):
+            if p // G != p:
+                lc.llama_memory_seq_add(mem, 0, p, p + 1, p // G - p)
 
     def feed(self, llm, batch: _Batch, mem, tokens, chunk: int) -> None:
         """Decode ``tokens`` in chunks of ``chunk``, grouping before each chunk."""
@@ -164,17 +185,18 @@ def selfextend_logits(llm, tokens, group: int, window: int, *, chunk: int | None
 
 
 def selfextend_answer(llm, context, query, group: int, window: int, *, max_new_tokens: int, decode,
-                      eos: int | None = None, chunk: int | None = None) -> str:
+                      eos: int | None = None, chunk: int | None = None, stock_div: bool = False) -> str:
     """Greedy answer to ``query`` (token ids) after ``context`` (token ids) under llama.cpp's group attention, decoded
     one token at a time with grouping before each (as ``llama-completion --grp-attn-n --grp-attn-w``), stopped the
     way posenc's suite stops (:func:`posenc.tasks.score.answer_text`: a line break after some text), at ``eos`` or
-    after ``max_new_tokens``. ``decode``: token ids -> text (the model's own tokenizer)."""
+    after ``max_new_tokens``. ``decode``: token ids -> text (the model's own tokenizer). ``stock_div``: llama.cpp's
+    own ``llama_memory_seq_div`` (:class:`GroupAttention`)."""
     from posenc.tasks.score import answer_text
 
     lc = llama_cpp()
     chunk = int(chunk or llm.n_batch)
     mem = _clear(llm)
-    state = GroupAttention(int(group), int(window))
+    state = GroupAttention(int(group), int(window), stock_div=stock_div)
     batch = _Batch(lc, chunk)
     out: list[int] = []
     try:

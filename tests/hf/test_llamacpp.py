@@ -20,17 +20,31 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 class _Positions:
-    """llama.cpp's cache positions of sequence 0, with its ``llama_memory_seq_add``/``_div`` semantics (``[p0, p1)``,
-    ``p1 < 0``: to the end; div floors)."""
+    """llama.cpp's cells of sequence 0 as ``llama-kv-cells.h`` keeps them: a position per cell and the angle its
+    cached key is turned to (its first position plus every recorded shift); ``llama_memory_seq_add``/``_div`` over
+    ``[p0, p1)`` (``p1 < 0``: to the end), ``pos_add`` recording ``new - old`` and ``pos_div`` ``old - new``."""
 
     def __init__(self):
         self.pos: list[int] = []
+        self.rotated: list[int] = []
+
+    def append(self, positions):
+        self.pos += positions
+        self.rotated += positions
+
+    def _moved(self, p0, p1, new):
+        hit = [p0 <= p and (p1 < 0 or p < p1) for p in self.pos]
+        old = self.pos
+        self.pos = [new(p) if h else p for p, h in zip(old, hit)]
+        return [(h, o, n) for h, o, n in zip(hit, old, self.pos)]
 
     def llama_memory_seq_add(self, mem, seq, p0, p1, delta):
-        self.pos = [p + delta if p0 <= p and (p1 < 0 or p < p1) else p for p in self.pos]
+        moves = self._moved(p0, p1, lambda p: p + delta)
+        self.rotated = [r + (n - o if h else 0) for r, (h, o, n) in zip(self.rotated, moves)]
 
     def llama_memory_seq_div(self, mem, seq, p0, p1, d):
-        self.pos = [p // d if p0 <= p and (p1 < 0 or p < p1) else p for p in self.pos]
+        moves = self._moved(p0, p1, lambda p: p // d)
+        self.rotated = [r + (o - n if h else 0) for r, (h, o, n) in zip(self.rotated, moves)]  # pos_div's sign
 
 
 @pytest.mark.parametrize("group, window, chunk, n", [(4, 16, 8, 150), (2, 8, 8, 64), (3, 12, 5, 97), (4, 32, 16, 90)])
@@ -42,11 +56,12 @@ def test_group_attention_is_selfextend_with_the_window_q_minus_E(group, window, 
     for start in range(0, n, chunk):
         st.compress(lc, None)
         end = min(n, start + chunk)
-        lc.pos += list(range(st.n_past, st.n_past + end - start))
+        lc.append(list(range(st.n_past, st.n_past + end - start)))
         st.n_past += end - start
         E = st.ga_i * group  # original position where the grouped blocks end
         assert E % window == 0 and all(lc.pos[k] == k // group for k in range(E))
         assert max(lc.pos) < n // group + window + chunk  # the largest position llama.cpp rotates by
+        assert lc.rotated == lc.pos  # every cached key turned to the position the queries see it at
         for q in range(start, end):
             # window q - E = 0 (the query right after a grouped block): every key grouped, q // G - k // G, the far
             # branch's formula with w = 0 (posenc's part takes windows >= 1)
@@ -57,6 +72,19 @@ def test_group_attention_is_selfextend_with_the_window_q_minus_E(group, window, 
                 assert got == want, (q, k, E)
                 checked += 1
     assert checked > n and st.ga_i > 0
+
+
+def test_llama_cpps_own_seq_div_turns_the_grouped_keys_the_wrong_way():
+    """With ``llama_memory_seq_div`` (as ``llama-completion`` calls it) the positions are right but a grouped key is
+    turned to ``2p - p // G``: why :class:`GroupAttention` divides with one ``seq_add`` per position."""
+    lc, st = _Positions(), GroupAttention(4, 16, stock_div=True)
+    for _ in range(0, 64, 8):
+        st.compress(lc, None)
+        lc.append(list(range(st.n_past, st.n_past + 8)))
+        st.n_past += 8
+    grouped = range(st.ga_i * 4)
+    assert all(lc.pos[k] == k // 4 for k in grouped)
+    assert [lc.rotated[k] for k in grouped] == [2 * k - k // 4 for k in grouped]
 
 
 def test_a_window_that_is_not_a_multiple_of_the_group_is_refused():
