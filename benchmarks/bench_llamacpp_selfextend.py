@@ -32,6 +32,7 @@ import torch
 from benchmarks.common import RESULTS, write_json
 
 GROUP, WINDOW, LAST = 4, 512, 64
+OUT = [RESULTS]  # --out
 LONG, LONG_WINDOW = 16384, 4096
 
 
@@ -98,7 +99,7 @@ def logits_part(out: dict) -> None:
                      "posenc_selfextend_vs_posenc_none": compare(p_se, p_none),
                      "llama_group_vs_llama_none": compare(l_se, l_none),
                      "seconds": time.perf_counter() - t, "loadavg": [load0, os.getloadavg()]}
-    write_json("llamacpp_selfextend", out)
+    write_json("llamacpp_selfextend", out, OUT[0])
 
 
 def _posenc_cells() -> dict[int, dict]:
@@ -138,7 +139,7 @@ def passkey_part(out: dict, seeds, stock_div: bool = False) -> None:
         rows.append({"seed": seed, "gold": list(q.golds), "llama_answer": text.strip(),
                      "llama_correct": score(text, q.golds)[0], "posenc": posenc.get(seed),
                      "seconds": time.perf_counter() - t, "loadavg": [load0, os.getloadavg()]})
-        write_json("llamacpp_selfextend", out)
+        write_json("llamacpp_selfextend", out, OUT[0])
 
 
 def main(argv=None) -> int:
@@ -147,9 +148,11 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0,1,2,3")
     p.add_argument("--stock-div", action="store_true", help="llama.cpp's own llama_memory_seq_div (keys turned the "
                    "wrong way in this llama.cpp), recorded as passkeys_stock_seq_div")
+    p.add_argument("--out", default=str(RESULTS), metavar="DIR", help="folder of llamacpp_selfextend.json")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
-    path = RESULTS / "llamacpp_selfextend.json"
+    OUT[0] = Path(args.out)
+    path = OUT[0] / "llamacpp_selfextend.json"
     kept = ("logits", "passkeys", "passkeys_stock_seq_div")
     out = {k: v for k, v in json.loads(path.read_text()).items() if k in kept} if path.is_file() else {}
     parts = args.parts.split(",")
