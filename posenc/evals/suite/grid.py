@@ -69,15 +69,15 @@ def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: 
 def _fits(preset: SuitePreset, m: ModelFacts) -> None:
     """``ValueError`` in one line when a context of ``preset`` cannot be built at a length it runs at (a model
     trained too short for the suite's needles): checked on each context's shortest length before any cell runs."""
+    from posenc.evals.suite.runner import haystack_of
     from posenc.tasks.context import build_context
-    from posenc.tasks.haystack import make_haystack
 
     for spec in preset.contexts:
         used = [n for n in sorted(preset.lengths) if spec.used_at(n)]
         if not used:
             continue
         try:
-            build_context(m.tokenizer, make_haystack(spec.haystack, m.tokenizer), used[0], spec.generators,
+            build_context(m.tokenizer, haystack_of(spec.haystack, m.tokenizer), used[0], spec.generators,
                           spec.first_seed, spec.target, preset.chat, spec.options)
         except ValueError as exc:
             raise ValueError(f"model trained at {m.train_len} tokens: the context {spec.name} does not fit its "
@@ -196,6 +196,9 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
     cells = out / "cells" if cells_dir is None else Path(cells_dir)
     check_results_folder(out, "suite")  # a file, another command's results: refused before the model is loaded
     m = load_facts(preset.model, device, dtype)
+    from posenc.evals.suite.runner import new_run
+
+    new_run()  # this run's tokenizer: haystacks are tokenized once, for the checks and the cells
     if preset.derived or lengths is not None:
         preset = preset.sized(m.train_len, lengths)
     _fits(preset, m)

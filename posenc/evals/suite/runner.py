@@ -13,7 +13,7 @@ from posenc.evals.suite.prefill import run_context
 from posenc.tasks.context import build_context
 from posenc.tasks.haystack import make_haystack
 
-__all__ = ["cell_is_whole", "run_cells"]
+__all__ = ["cell_is_whole", "haystack_of", "new_run", "run_cells"]
 
 
 def _weight(length: int) -> float:
@@ -39,10 +39,22 @@ def cell_is_whole(v) -> bool:
             and (v.get("loadavg") is None or _number(v["loadavg"][0], none=True)))
 
 
+def haystack_of(name: str, tokenizer):
+    """The haystack ``name`` under ``tokenizer``, tokenized once while the run's tokenizer stays the same object
+    (:func:`new_run` forgets them)."""
+    got = _HAYSTACKS.get(name)
+    if got is None or got[0] is not tokenizer:
+        got = _HAYSTACKS[name] = (tokenizer, make_haystack(name, tokenizer))
+    return got[1]
+
+
+def new_run() -> None:
+    """Forget the haystacks of an earlier run (another tokenizer, perhaps)."""
+    _HAYSTACKS.clear()
+
+
 def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -> dict:
-    haystack = _HAYSTACKS.get(spec.haystack)
-    if haystack is None:
-        haystack = _HAYSTACKS[spec.haystack] = make_haystack(spec.haystack, m.tokenizer)
+    haystack = haystack_of(spec.haystack, m.tokenizer)
     ctx = build_context(m.tokenizer, haystack, length, spec.generators, seed, spec.target, chat, spec.options)
     ctx.check(m.tokenizer)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -54,7 +66,7 @@ def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -
     return value
 
 
-_HAYSTACKS: dict = {}  # haystack name -> tokenized haystack (per run: one tokenizer)
+_HAYSTACKS: dict = {}  # haystack name -> (the tokenizer, the haystack it tokenized)
 
 
 def _summary(v: dict) -> str:
@@ -74,7 +86,6 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
 
     from posenc.evals.suite.spec import cell_key, method_params, plan
 
-    _HAYSTACKS.clear()
     cells = plan(preset)
     bar = tqdm(total=sum(_weight(n) for n, *_ in cells), disable=not progress, unit="cost",
                bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}")
