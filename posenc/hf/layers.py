@@ -258,7 +258,8 @@ def _layout_of_apply(mod, apply, cos, sin, positions) -> str | None:
 def sin_first(mod) -> bool:
     """Whether the rotary module returns ``(sin, cos)`` rather than ``(cos, sin)`` (GPT-J, CodeGen): its
     first output is 0 and its second 1 at position 0."""
-    out = _rotary_out(mod, torch.zeros(1, 1, dtype=torch.long))
+    ref = next(iter(mod.buffers()), None)  # the position on the module's own device
+    out = _rotary_out(mod, torch.zeros(1, 1, dtype=torch.long, device=ref.device if ref is not None else "cpu"))
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
         return False
     return bool((out[0] == 0).all()) and bool((out[1] == 1).all()) and out[0].numel() > 0
