@@ -50,9 +50,11 @@ def test_to_dict_keys_params_and_extra():
 
 def test_retrieval_tasks_are_the_contract():
     """The report renders these task names (posenc.tasks.recall's content-copy control, posenc.tasks.kv_recall's
-    two probes, the passkey and the long-context suite's kinds); a bench row's seed is an extra key."""
+    two probes, the passkey and the long-context suite's kinds, niah_keys: several labelled keys per noise prefill);
+    a bench row's seed is an extra key."""
     from posenc.evals.records import RETRIEVAL_TASKS, RetrievalRecord
 
-    assert RETRIEVAL_TASKS == ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_mq", "niah_mv", "vt", "cwe")
+    assert RETRIEVAL_TASKS == ("recall", "kv_recall", "offset", "passkey", "niah_mk", "niah_keys", "niah_mq", "niah_mv",
+                               "vt", "cwe")
     row = RetrievalRecord("kv_recall", "rope", "none", 64, 256, 48, 0.5, 32, 0.25, extra={"seed": 1}).to_dict()
     assert row["seed"] == 1 and RetrievalRecord.from_dict(row).extra == {"seed": 1}
