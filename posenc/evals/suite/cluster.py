@@ -98,7 +98,8 @@ def run_cells_ray(preset, m, store, *, log: Callable[[str], None], pruned, addre
                 refs = {task.remote(ref_m, folder, key, method, params, n, spec, s, preset.chat, threads):
                         (method, n, spec, s) for key, method, params, spec, s in jobs}
                 _collect(ray, refs, log, stats)
-    if cluster is not None:
+    if cluster is not None:  # called once for the reference, then for the rest: the counts add up
+        stats = {k: v + cluster.get(k, 0) for k, v in stats.items()}
         cluster.update({"address": address or "local", **facts, "task": need, **stats})
     return skipped
 

@@ -231,16 +231,19 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
                 from posenc.evals.suite.cluster import run_cells_ray
 
                 ray["ray"] = {}
-                skipped = run_cells_ray(preset, m, store, log=log, pruned=pruned, address=ray_address,
-                                        cluster=ray["ray"])
+
+                def cells_of(p, missing=None):  # what was not run is read from the cells afterwards
+                    return run_cells_ray(p, m, store, log=log, pruned=pruned, address=ray_address,
+                                         cluster=ray["ray"])
             else:
-                if preset.floor is not None and not report_only:  # the reference first: is there one to judge by?
-                    first = replace(preset, methods=preset.methods[:1], lengths=(preset.reference_length,),
-                                    compare_to=())
-                    run_cells(first, m, store, progress=progress, log=log, pruned=pruned)
-                    check_floor(store, m, preset, cells)
-                skipped = run_cells(preset, m, store, progress=progress and not report_only, log=log, pruned=pruned,
-                                    missing=missing)
+                def cells_of(p, missing=None):
+                    return run_cells(p, m, store, progress=progress and not report_only, log=log, pruned=pruned,
+                                     missing=missing)
+            if preset.floor is not None and not report_only:  # the reference first: is there one to judge by?
+                cells_of(replace(preset, methods=preset.methods[:1], lengths=(preset.reference_length,),
+                                 compare_to=()))
+                check_floor(store, m, preset, cells)
+            skipped = cells_of(preset, missing)
             elapsed = time.perf_counter() - t0
             if report_only and not skipped and sum(missing.values()) == len(plan(preset)):
                 raise ValueError(f"--report-only: no cell of {preset.name!r} is finished in {cells}; run it without "

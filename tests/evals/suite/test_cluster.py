@@ -187,3 +187,22 @@ def test_a_killed_workers_cell_is_recomputed_once(tiny, sequential, ray_cluster,
     files = [p.name for p in (tmp_path / "cells").iterdir() if p.name != ".posenc.lock"]  # the run locks its cells
     assert len(files) == 12  # one file per cell, no temp file left
     assert _comparable(tmp_path) == _comparable(sequential)
+
+
+@pytest.mark.slow
+def test_below_the_floor_a_ray_run_stops_after_the_reference_cells(tiny, ray_cluster, tmp_path):
+    """As without Ray: the random model finds no key at its trained length, so the cluster runs the untouched
+    model's cells there, the run stops with the floor's one line, and no other row runs and nothing is judged."""
+    from dataclasses import replace
+
+    from posenc.evals.suite.presets import SUITE_PRESETS
+
+    contexts = (ContextSpec("noise", ("keys",), seeds=1, options={"keys": {"n_keys": 4}}),)
+    preset = replace(SUITE_PRESETS["model"], model=str(tiny), methods=("none", "selfextend"), contexts=contexts)
+    with pytest.raises(ValueError, match=r"finds 0 of 4 keys \(0.00\) at its trained length 1024, below the floor "
+                                         "0.5") as err:
+        run_suite(preset, tmp_path / "out", cells_dir=tmp_path / "cells", progress=False, log=lambda m: None,
+                  lengths=(1024, 2048), dispatch="ray")
+    assert "\n" not in str(err.value) and not (tmp_path / "out" / "results.json").exists()
+    keys = [k for k, _ in CellStore(tmp_path / "cells").items()]
+    assert keys and all(k["method"] == "none" and k["length"] == 1024 for k in keys)
