@@ -3,6 +3,7 @@ prefill seconds at 2k/8k/16k and decode tokens/s after each, for the untouched m
 
     .venv/bin/python -m benchmarks.bench_llamacpp_speed [--lengths 2048,8192,16384] [--decode 32] [--threads 2]
         [--repeats 1] [--force] [--out DIR]
+    .venv/bin/python -m benchmarks.bench_llamacpp_speed --table benchmarks/results/llamacpp_speed.json
 
 Engines, one cell each per (method, length), all cells of a length run one after another (interleaved, so load
 affects them alike), each with ``os.getloadavg()`` before and after:
@@ -120,6 +121,25 @@ def run(lengths, decode: int, threads: int, repeats: int, force: bool, out_dir=N
     return out
 
 
+def table(res: dict) -> str:
+    """The committed run as a markdown table: per (length, method), posenc's prefill seconds and decode tokens/s,
+    then llama.cpp's with flash attention off and on, each as posenc / llama.cpp (above 1: posenc takes longer to
+    prefill, or decodes faster)."""
+    head = ["length", "method", "posenc prefill s", "posenc decode tok/s"]
+    engines = [k for k in res["rows"][0]["cells"] if k != "posenc"] if res["rows"] else []
+    for e in engines:
+        head += [f"{e}: prefill s (posenc / it)", f"{e}: decode tok/s (posenc / it)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in res["rows"]:
+        p = r["cells"]["posenc"]
+        cells = [f"{r['length'] // 1024}k", r["method"], f"{p['prefill_s']:.1f}", f"{p['decode_tok_s']:.1f}"]
+        for e in engines:
+            c, q = r["cells"][e], r["posenc_over_llama"][e]
+            cells += [f"{c['prefill_s']:.1f} ({q['prefill']:.2f}x)", f"{c['decode_tok_s']:.1f} ({q['decode']:.2f}x)"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.bench_llamacpp_speed", description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default="2048,8192,16384")
@@ -128,7 +148,13 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--force", action="store_true")
     p.add_argument("--out", default=None, metavar="DIR", help="folder for llamacpp_speed.json (benchmarks/results)")
+    p.add_argument("--table", metavar="JSON", help="print the markdown table of a finished run's JSON and exit")
     a = p.parse_args(argv)
+    if a.table:
+        import json
+
+        print(table(json.loads(open(a.table, encoding="utf-8").read())))
+        return 0
     run([int(x) for x in a.lengths.split(",")], a.decode, a.threads, a.repeats, a.force, a.out)
     return 0
 

@@ -337,11 +337,21 @@ def summary_block(results: dict, name: str) -> str:
 
 
 def readme_block(results: dict, name: str) -> str:
-    """The results page's (``docs/results/smollm2.md``) copy of a committed run ``name``: its summary, the
-    method x length table, the cost table and the paired differences, rendered from ``results.json`` exactly as
-    ``report.md`` renders
-    them, between :data:`README_MARKS` (the name is historical: the block lived in the README)."""
+    """The results page's (``docs/results/smollm2.md``) copy of a committed run ``name``, rendered from
+    ``results.json`` exactly as ``report.md`` renders it, between :data:`README_MARKS` (the name is historical: the
+    block lived in the README): for a run judged by the interval rule the answer-first report's first screen and
+    tables (verdicts, keys by length and by distance, perplexity ratios, paired differences, cost; the per-task
+    tables stay in ``report.md``); for an earlier run its summary, the method x length table, the cost table and
+    the paired differences."""
     begin, end = (m.format(name=name) for m in README_MARKS)
+    if _judged(results):  # the answer-first report's first screen and tables, its per-task tables left to it
+        from posenc.evals.report.suite_answer import first_screen
+
+        body = [begin, "", *first_screen(results), ""]
+        for title, t in answer_sections(results):
+            if not title.startswith("Accuracy per task kind"):
+                body += [f"{title}:", "", t.markdown() if t.rows else "(none)", ""]
+        return "\n".join(body + [end])
     body = [begin, "", *_summary(results), "", main_table(results).markdown(), "", cost_table(results).markdown(), ""]
     for n, table in comparison_tables(results):
         body += [_COMPARISON_TITLE.format(n=_k(n)) + ":", "", table.markdown(), ""]
