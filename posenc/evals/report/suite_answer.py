@@ -130,13 +130,16 @@ def length_rows(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
 
 
 def distance_rows(results: dict) -> list[tuple[str, ...]]:
-    """Keys found per distance bin: ``(method, length, bin edges, k/n [interval], mean distance)``."""
+    """Keys found per distance bin: ``(method, length, bin edges, k/n [interval], wrong answers that gave another
+    key's value of all wrong, mean distance)``."""
     methods, lengths, by = _grid(results)
     out = []
     for m in methods:
         for n in lengths:
             for b in (by.get((m, n)) or {}).get("by_bin") or []:
-                out.append((m, _k(n), f"{b['from']}-{b['to']}", _iv(b["interval"]), str(b["distance"])))
+                iv = b["interval"]
+                other = f"{b.get('other_key', 0)} of {iv['n'] - iv['k']}"
+                out.append((m, _k(n), f"{b['from']}-{b['to']}", _iv(iv), other, str(b["distance"])))
     return out
 
 

@@ -94,9 +94,29 @@ def key_bins_of(preset) -> list[list[int]] | None:
                  and "bins" in spec.options.get("keys", {})), None)
 
 
+def mark_other_key(cells: list[tuple]) -> list[dict]:
+    """The answers of ``cells`` (``(spec, seed, value)``), each ``niah_keys`` answer with ``other_key``: for a wrong
+    answer, whether its digits are those of a key answered correctly in the same prefill (the model gave another
+    key's value: confusion between labels, not a lost needle; a lower bound, since two wrong answers of one prefill
+    cannot be told apart). The stored values are not changed."""
+    out = []
+    for _, _, v in cells:
+        keys = [a for a in v["answers"] if a["kind"] == "niah_keys"]
+        right = {_digits(a["answer"]) for a in keys if a["correct"]} - {""}
+        out += [{**a, "other_key": not a["correct"] and _digits(a["answer"]) in right}
+                if a["kind"] == "niah_keys" else a for a in v["answers"]]
+    return out
+
+
+def _digits(text) -> str:
+    return "".join(ch for ch in str(text or "") if ch.isdigit())
+
+
 def by_bin(answers: list[dict], bins) -> list[dict]:
     """Accuracy of the ``niah_keys`` answers per distance bin (tokens back): ``lo``/``hi`` the bin's edges,
-    ``k`` of ``n`` and the Wilson interval as ``interval``, ``distance`` the mean distance back."""
+    ``k`` of ``n`` and the Wilson interval as ``interval``, ``distance`` the mean distance back, ``other_key`` how
+    many of the bin's wrong answers gave another key's value (answers marked by :func:`mark_other_key`; 0 without
+    the mark)."""
     from posenc.tasks.ruler import bin_of
 
     out = []
@@ -105,7 +125,8 @@ def by_bin(answers: list[dict], bins) -> list[dict]:
         sel = [a for a in keys if bin_of(a["distance"], bins) == i]
         if sel:
             out.append({"bin": i, "from": lo, "to": hi, "distance": round(statistics.fmean(a["distance"] for a in sel)),
-                        "interval": _interval(sum(a["correct"] for a in sel), len(sel))})
+                        "interval": _interval(sum(a["correct"] for a in sel), len(sel)),
+                        "other_key": sum(bool(a.get("other_key")) for a in sel)})
     return out
 
 
@@ -148,7 +169,7 @@ def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds
              "decode_tok_s": sum(v["decode_tokens"] for _, _, v in cells) / decode_s if decode_s else None,
              "loadavg": statistics.fmean(v["loadavg"][0] for _, _, v in cells if v.get("loadavg", [None])[0]
                                          is not None) if any(v.get("loadavg") for _, _, v in cells) else None,
-             "cells": len(cells), "by_bin": by_bin(answers, key_bins_of(preset)),
+             "cells": len(cells), "by_bin": by_bin(mark_other_key(cells), key_bins_of(preset)),
              "passages": passage_losses(cells)}
     rec = EvalRecord(scheme=name, method=method, train_len=m.train_len, eval_len=n,
                      ppl=math.exp(loss) if loss is not None else None, loss=loss,

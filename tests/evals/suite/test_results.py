@@ -118,6 +118,25 @@ def test_keys_are_counted_by_distance_bin():
         (0, 1, 2, 650), (1, 1, 1, 3000), (2, 1, 2, 14500)]
 
 
+def test_a_wrong_answer_with_another_keys_value_is_counted_per_bin():
+    """Prefill 1: the far key answered with the near key's value (counted); prefill 2: both wrong, the far one
+    with the near one's wrong answer (not counted: no key of that prefill was answered with it); the pass key
+    control is left as it was."""
+    from posenc.evals.suite.results import by_bin, mark_other_key
+
+    def a(correct, distance, answer, kind="niah_keys"):
+        return {"kind": kind, "correct": correct, "distance": distance, "answer": answer}
+
+    cells = [(None, 0, {"answers": [a(True, 500, ": 1234567"), a(False, 5000, "1234567")]}),
+             (None, 1, {"answers": [a(False, 600, "7654321"), a(False, 6000, "7654321"),
+                                    a(True, 90, "42", "passkey")]})]
+    marked = mark_other_key(cells)
+    assert [x.get("other_key") for x in marked] == [False, True, False, False, None]
+    assert "other_key" not in cells[0][2]["answers"][1]  # the stored values are not changed
+    got = by_bin(marked, [[256, 2048], [2048, 8192]])
+    assert [(b["interval"]["k"], b["interval"]["n"], b["other_key"]) for b in got] == [(1, 2, 0), (0, 2, 1)]
+
+
 def _newcombe_by_hand(e, f, g, h):
     """Newcombe's method 10 written out from the paper's formulas (z = 1.959964), independent of posenc."""
     import math
