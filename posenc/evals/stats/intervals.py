@@ -124,7 +124,8 @@ def wilson(k: int, n: int, conf: float = CONF) -> Interval:
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, conf, "trials")
+    # lo <= p <= hi holds exactly; rounding can put an end a hair past p (k = 0, n = 10: lo = 2.8e-17)
+    return Interval(p, min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)), n, conf, "trials")
 
 
 def mean_interval(xs: Sequence[float], conf: float = CONF, over: str = "seeds") -> Interval:

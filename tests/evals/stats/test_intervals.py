@@ -16,6 +16,15 @@ from posenc.evals.stats.intervals import (
 )
 
 
+def test_wilson_ends_never_cross_the_rate():
+    """k = 0 of 10 put the lower end 2.8e-17 above 0 by rounding, which a plot's error bar refused as negative."""
+    for n in range(1, 200):
+        for k in (0, 1, n // 2, n - 1, n):
+            i = wilson(k, n)
+            assert i.lo <= i.value <= i.hi, (k, n, i)
+    assert wilson(0, 10).lo == 0.0 and wilson(10, 10).hi == 1.0
+
+
 def test_wilson_matches_the_issue_and_brown_cai_dasgupta():
     i = wilson(71, 128)  # the issue's "plain RoPE fails at 16L": 71/128, [0.47, 0.64]
     assert (round(i.lo, 2), round(i.hi, 2)) == (0.47, 0.64) and i.value == pytest.approx(71 / 128)
