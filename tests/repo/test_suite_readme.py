@@ -66,3 +66,20 @@ def test_readme_summary_equals_the_committed_results(name):
     from posenc.evals.report.suite import SUMMARY_MARKS, summary_block
 
     assert _marked(README, SUMMARY_MARKS, name) == summary_block(_results(name), name)
+
+
+def test_the_committed_short_run_has_two_dozen_keys_per_cell_and_four_passages():
+    """The short preset's committed run (``--preset smollm2``, several keys per prefill): the untouched model at 8k
+    (the reference) and 16k, SelfExtend and YaRN at 16k each hold at least 24 keys with a Wilson interval, keys by
+    distance bin, and perplexity on 4 passages with paired ratios to the untouched model at L; it is complete and
+    judged by the interval rule."""
+    res = _results("suite-smollm2-keys")
+    assert res["meta"]["complete"] is True and res["meta"]["missing"] == {}
+    assert res["reference"]["rule"] == "interval" and res["reference"]["interval"]["n"] >= 24
+    rows = {(r["method"], r["eval_len"]): r for r in res["records"]}
+    for key in (("none", 8192), ("none", 16384), ("selfextend", 16384), ("yarn", 16384)):
+        r = rows[key]
+        iv = r["retrieval"]
+        assert iv["n"] >= 24 and iv["lo"] <= iv["value"] <= iv["hi"], key
+        assert sum(b["interval"]["n"] for b in r["by_bin"]) == iv["n"], key
+        assert len(r["passages"]) == 4 and r["ppl_ratio"]["n"] == 4 and r["ppl_ratio"]["lo"] is not None, key
