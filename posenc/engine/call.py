@@ -64,7 +64,8 @@ class AttentionCall:
     ``Hk`` heads: GQA is not expanded here, see :meth:`expanded`), the positions, the padding, whether autograd
     needs this call and, for a
     forget-gate scheme (FoX), the cumulative log gates of queries and keys, and learned attention sinks
-    (``sink_logits``: one logit per head, a virtual key of value 0 that every query sees; GPT-OSS's ``s_aux``).
+    (``sink_logits``: one logit per head, a virtual key of value 0 that every query sees; GPT-OSS's ``s_aux``), and
+    the layer's :class:`~posenc.engine.keystore.KeyStore` when its owner keeps rotated keys across calls.
 
     ``freqs`` (the RoPE frequencies of the call's schedule, None without RoPE) and ``q_scale`` (the
     ``[B,1,Nq,1]`` multiplier folded into q: softmax scale x YaRN factor^2 x log-n) are filled in per
@@ -87,6 +88,7 @@ class AttentionCall:
     q_gate: torch.Tensor | None = None  # [B,H,Nq] cumulative log forget gates of the queries (FoX), or None
     k_gate: torch.Tensor | None = None  # [B,H,Nk] the same of the keys (posenc.parts.gates.forget_bias)
     sink_logits: torch.Tensor | None = None  # [H] learned sink logits in every softmax denominator (GPT-OSS), or None
+    key_store: object | None = None  # a KeyStore: the layer's keys rotated by earlier calls (engine.keystore), or None
 
     @property
     def B(self) -> int:
@@ -134,7 +136,7 @@ class AttentionCall:
         keys per query head (:meth:`posenc.engine.backends.base.Backend.gqa`); itself without GQA."""
         if self.n_rep == 1:
             return self
-        return replace(self, k=expand_kv(self.k, self.H), v=expand_kv(self.v, self.H))
+        return replace(self, k=expand_kv(self.k, self.H), v=expand_kv(self.v, self.H), key_store=None)
 
     def scheduled(self, freqs, q_scale: torch.Tensor) -> AttentionCall:
         """This call with its schedule's frequencies and query scale filled in."""

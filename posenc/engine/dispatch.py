@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -240,7 +240,7 @@ def choose_backend(call: AttentionCall, impl: str = "auto") -> tuple[Backend, li
 def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: str = "auto",
                   scale: float | None = None, key_mask: torch.Tensor | None = None,
                   gates: tuple[torch.Tensor, torch.Tensor] | None = None,
-                  sink_logits: torch.Tensor | None = None) -> torch.Tensor:
+                  sink_logits: torch.Tensor | None = None, key_store=None) -> torch.Tensor:
     """Attention of un-rotated ``q [B,H,Nq,D]`` over ``k, v [B,Hk,Nk,D]`` under ``parts``.
     ``key_mask [B,Nk]`` (bool, True = real token) removes padding keys. On every path: a query that
     sees no key (all its keys padding or masked) gets a 0 output row, and a query row holding NaN or inf
@@ -249,9 +249,13 @@ def run_attention(parts: AttentionParts, q, k, v, q_pos=None, k_pos=None, impl: 
     forget-gate scheme (FoX; :class:`~posenc.engine.PositionalAttention` computes them), required by one.
     ``sink_logits [H]``: learned attention sinks (GPT-OSS's ``s_aux``), one logit per query head added to every
     softmax denominator (a virtual key of value 0 that no mask hides); run by ``reference`` and
-    ``blockwise`` (linear memory), the other backends pass such a call on."""
+    ``blockwise`` (linear memory), the other backends pass such a call on. ``key_store``: a
+    :class:`~posenc.engine.keystore.KeyStore` holding this layer's keys rotated by earlier calls (its owner has
+    called ``begin`` for this call); only the keys it does not hold are rotated."""
     scale = check_inputs(q, k, v, impl, scale, key_mask)
     call = make_call(parts, q, k, v, q_pos, k_pos, key_mask, gates, sink_logits)
+    if key_store is not None:
+        call = replace(call, key_store=key_store)
     for hook in CALL_HOOKS:  # posenc.evals.calibrate.record_calls: what a calibration run attends to
         hook(call, k.shape[1], scale)
     if impl == "auto":

@@ -114,8 +114,10 @@ class PositionalAttention(nn.Module):
                 if context is not None:
                     raise ValueError("a forget gate needs the gates of the context keys too; it takes no context")
                 log_f = self.gate(x, key_mask)  # [B,H,N] log forget gates, 0 at padding
+            store = None
             if cache is not None:
                 k, v, k_pos, key_mask = cache.update(layer, k, v, positions, key_mask, self.parts)
+                store = cache.key_store(layer, k_pos) if hasattr(cache, "key_store") else None
                 if self.gate is not None:
                     k_gate = cache.update_gate(layer, log_f)  # [B,H,Nk]: the cached sums continue
                     gates = (k_gate[:, :, -N:], k_gate)
@@ -123,6 +125,7 @@ class PositionalAttention(nn.Module):
                 k_gate = log_f.cumsum(dim=-1)  # [B,H,N] c_t = sum_{s <= t} log f_s
                 gates = (k_gate, k_gate)
             q_in, k_in = (positions, k_pos) if axes is None else (axes, axes)
-            out = run_attention(self.parts, q, k, v, q_in, k_in, impl=impl, key_mask=key_mask, gates=gates)
+            out = run_attention(self.parts, q, k, v, q_in, k_in, impl=impl, key_mask=key_mask, gates=gates,
+                                key_store=store if axes is None else None)
         out = out.transpose(1, 2).reshape(B, N, self.dim)  # [B,H,N,D] -> [B,N,H*D]
         return self.o_proj(out)

@@ -104,27 +104,40 @@ def _key_run(call: AttentionCall, branch: Branch, lo: int) -> int | None:
 
 def rotate_keys(call: AttentionCall, branch: Branch, lo: int = 0, hi: int | None = None) -> torch.Tensor:
     """Keys ``[lo, hi)`` of the call rotated at the branch's key positions: ``[B,Hk,hi-lo,D]`` (un-rotated
-    when every one of them sits at rotation position 0, ReRoPE's far keys)."""
+    when every one of them sits at rotation position 0, ReRoPE's far keys). With the call's
+    :class:`~posenc.engine.keystore.KeyStore` only the rows it does not hold yet are rotated."""
     parts = call.parts
     hi = call.Nk if hi is None else hi
-    k = call.k if (lo, hi) == (0, call.Nk) else call.k[:, :, lo:hi]
     if parts.rope is None or hi <= lo:
-        return k
+        return call.k if (lo, hi) == (0, call.Nk) else call.k[:, :, lo:hi]
+    store = call.key_store
+    if store is None or call.k_axes is not None or call.needs_grad:
+        return _rotated_rows(call, branch, lo, hi)[0]
+    values = _inv(call, branch)[1]
+    return store.rows((branch.k_rot, call.k.dtype, call.k.device), values, call.k, lo, hi,
+                      lambda a, b: _rotated_rows(call, branch, a, b))
+
+
+def _rotated_rows(call: AttentionCall, branch: Branch, lo: int, hi: int) -> tuple[torch.Tensor, bool]:
+    """Keys ``[lo, hi)`` rotated, and whether they were (False: every one at rotation position 0, returned as
+    they are)."""
+    parts = call.parts
+    k = call.k if (lo, hi) == (0, call.Nk) else call.k[:, :, lo:hi]
     inv, values = _inv(call, branch)
     rope = parts.rope
     if call.k_axes is not None:  # multi-axis RoPE: cos/sin [B,1 or H,N,R/2] from the coordinates
         kc, ks = parts.multiaxis.cos_sin(call.k_axes[:, lo:hi], inv, _wide(k))
-        return apply_rope_cos_sin(k, kc, ks, rope.layout, parts.rotary_dim)
+        return apply_rope_cos_sin(k, kc, ks, rope.layout, parts.rotary_dim), True
     run = _key_run(call, branch, lo)
     kpr = None if run is not None else branch.k_rot(call.k_pos[:, lo:hi])
     if run is None and not bool(kpr.any()):  # every key at position 0: the identity rotation (and xPos scale 1)
-        return k
+        return k, False
     if rope.xpos:
         kpr = kpr if kpr is not None else call.k_pos[:, lo:hi]
         kr = apply_rope(k, kpr, inv, layout=rope.layout, rotary_dim=parts.rotary_dim)
-        return kr / xpos_scale(kpr, k.shape[-1], rope.xpos_scale_base, layout=rope.layout).to(k.dtype)
+        return kr / xpos_scale(kpr, k.shape[-1], rope.xpos_scale_base, layout=rope.layout).to(k.dtype), True
     c, s = cos_sin(kpr if kpr is not None else call.k_pos[:, lo:hi], inv, values, not parts.dynamic, run, _wide(k))
-    return apply_rope_cos_sin(k, c, s, rope.layout, parts.rotary_dim)
+    return apply_rope_cos_sin(k, c, s, rope.layout, parts.rotary_dim), True
 
 
 def rotate_queries(call: AttentionCall, branch: Branch) -> torch.Tensor:

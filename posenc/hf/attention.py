@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from posenc.hf import sparse
+from posenc.hf import keys, sparse
 
 ATTN_NAME = "posenc"
 
@@ -136,6 +136,8 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     # without indices: Dots3's layers without an indexer get them too) -> [B,Nk]; anything else unchanged
     B, H, Nq, D = query.shape
     q_pos, k_pos, key_mask = _positions(query, key.shape[2], attention_mask, kwargs)
+    chunk = getattr(module, "_posenc_chunk", None)
+    store = None if chunk or indices is not None else keys.store_for(module, key, Nq, k_pos)
     window = kwargs.get("sliding_window") or getattr(module, "_posenc_window", None)
     parts = _layer_parts(state, H, D, int(window) if window else None, kwargs.get("softcap"))
     n_nope = getattr(module, "_posenc_nope", 0)
@@ -147,12 +149,11 @@ def posenc_attention(module, query, key, value, attention_mask=None, scaling=Non
     Dv = value.shape[-1]
     if Dv != D:  # the engine takes one head dim: zero-pad v (MLA's v_head_dim), drop the pad after
         value = torch.nn.functional.pad(value, (0, D - Dv)) if Dv < D else value
-    chunk = getattr(module, "_posenc_chunk", None)
     run = _run_chunked if chunk else _run_once
     if indices is not None:
         run = sparse.selected(run, indices)
         key_mask = torch.ones_like(k_pos, dtype=torch.bool) if key_mask is None else key_mask  # it reads one
-    out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk, sink_logits)
+    out = run(parts, state["impl"], query, key, value, q_pos, k_pos, key_mask, scaling, chunk, sink_logits, store)
     return out[..., :Dv].transpose(1, 2).contiguous(), None  # [B,Nq,H,Dv]
 
 
@@ -179,17 +180,18 @@ def _unscale_pass_dims(parts, query, q_pos, k_pos):
     return torch.cat((query[..., :rd], query[..., rd:] * inv), dim=-1)
 
 
-def _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, _chunk=None, sink_logits=None):
-    """One engine call; ``key_mask`` None (no padding) or ``[B,Nk]`` bool."""
+def _run_once(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, _chunk=None, sink_logits=None, store=None):
+    """One engine call; ``key_mask`` None (no padding) or ``[B,Nk]`` bool; ``store``: the layer's rotated keys
+    (:mod:`posenc.hf.keys`), or None."""
     from posenc.engine import run_attention
 
     if key_mask is not None and bool(key_mask.all()):
         key_mask = None
     return run_attention(parts, q, k, v, q_pos, k_pos, impl=impl, scale=scale, key_mask=key_mask,
-                         sink_logits=sink_logits)
+                         sink_logits=sink_logits, key_store=store)
 
 
-def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sink_logits=None):
+def _run_chunked(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk, sink_logits=None, _store=None):
     """Chunked attention (Llama 4): key n is visible to query m iff ``n // chunk == m // chunk`` (and
     causal), as transformers' ``chunked_overlay`` counts from the first real token. One engine call per
     chunk the queries fall in, with the other chunks' keys masked out."""

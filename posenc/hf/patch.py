@@ -30,7 +30,7 @@ import pickle
 from dataclasses import replace
 from pathlib import Path
 
-from posenc.hf import sparse
+from posenc.hf import keys, sparse
 from posenc.hf.attention import ATTN_NAME, guarded_identity_rotation, register
 from posenc.hf.layers import (
     NEGATED_LAYOUT,
@@ -381,7 +381,7 @@ def default_dynamic_step(train_len: int) -> int:
 
 
 def extend(model, method: str = "none", *, native: bool | None = None, impl: str = "auto",
-           layer_types=None, target_length: int | None = None, **params):
+           layer_types=None, target_length: int | None = None, rotated_keys: bool = True, **params):
     """Apply ``method`` (``"none"``, any ``posenc.scheme.METHODS`` name or ``"a+b"``, ``"linear"``,
     ``"dynamic"``, ``"longrope"``) with ``params`` to a HF causal LM in place; returns the model.
 
@@ -400,6 +400,10 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     (:func:`posenc.methods.length_defaults`, what ``posenc schemes`` states: YaRN's factor = target / trained, ...),
     and it is recorded with the method (:func:`save` writes it to ``posenc.json``).
 
+    ``rotated_keys`` (posenc's engine only): each layer keeps its cached keys as the method's key rotations turn
+    them, so a decode step rotates only its new key (:mod:`posenc.hf.keys`); the memory is a copy of the keys per
+    rotation that reads the whole context. ``False``: the lean form, which rotates every key it reads at every step.
+
     Everything is validated before anything changes (a refused call leaves model and config as they
     were, so a corrected retry works), and the model first gets its own deep copy of its config: other
     models built from the same config object are not touched. Refused: a model without RoPE (GPT-2,
@@ -408,6 +412,8 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     """
     if not isinstance(method, str):
         raise TypeError(f"method must be a string such as 'yarn' or 'rerope+logn', got {type(method).__name__}")
+    if not isinstance(rotated_keys, bool):
+        raise TypeError(f"rotated_keys must be True or False, got {rotated_keys!r}")
     methods = parse_methods(method, hf=True)  # ValueError for an empty or unknown name
     if all(m.is_identity for m in methods):
         if params or layer_types is not None:
@@ -467,6 +473,8 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     model._posenc_hooks = [m.register_forward_hook(guarded_identity_rotation(configs, config.posenc, sin_first(m)))
                            for _, m in _rotary_modules(model)]
     model._posenc_hooks += sparse.install(attn, [m for _, m in _rotary_modules(model)])  # DSA's indexer
+    if rotated_keys:
+        model._posenc_hooks += keys.install(attn)
     model._posenc_original_attn = config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)
     model._posenc_extended = config.posenc
@@ -554,7 +562,8 @@ def unextend(model):
         for hook in model._posenc_hooks:
             hook.remove()
         for m in _attention_modules(model):
-            for attr in ("_posenc", "_posenc_window", "_posenc_chunk", "_posenc_nope", "_posenc_swap_halves"):
+            for attr in ("_posenc", "_posenc_window", "_posenc_chunk", "_posenc_nope", "_posenc_swap_halves",
+                         "_posenc_keys"):
                 if attr in vars(m):
                     delattr(m, attr)
         model.set_attn_implementation(model._posenc_original_attn)

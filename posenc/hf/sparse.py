@@ -141,7 +141,7 @@ def selected(run, indices: torch.Tensor):
     query ``s`` attends only to the keys ``indices[:, s]`` (``[B, Nq, topk]``, the indexer's choice) among
     those it may see; exact (see the module docstring)."""
 
-    def run_selected(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk=None, sink_logits=None):
+    def run_selected(parts, impl, q, k, v, q_pos, k_pos, key_mask, scale, chunk=None, sink_logits=None, _store=None):
         B, H, Nq, _ = q.shape
         Nk = k.shape[2]
         idx = indices.to(device=q.device, dtype=torch.long)  # [B,Nq,K]

@@ -40,6 +40,11 @@ Protocol used by :meth:`posenc.models.tinylm.TinyLM.forward`::
     cache.update(layer, k, v, pos, key_mask, parts) -> (k_all, v_all, k_pos_all, key_mask_all)
     cache.update_gate(layer, log_f) -> c_all   # forget-gate schemes only, after update
     cache.advance(pos)                  # after the last layer: commit the chunk and evict
+    cache.key_store(layer, k_pos_all)   # the layer's rotated keys for this call (None: rotate every key)
+
+Rotated keys: each layer also has a :class:`~posenc.engine.keystore.KeyStore` (``rotated_keys=True``, the
+default), so a decode step rotates only its new key. The slots before a chunk are the keys of the previous call,
+unchanged, unless an eviction compacted them since: then the store starts again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import hashlib
 import torch
 
 from posenc._util import check_positive_int
+from posenc.engine.keystore import KeyStore
 from posenc.parts.masks import MaskSpec
 
 _MIN_CAPACITY = 16  # first allocation for token-by-token decoding (then doubling)
@@ -87,7 +93,8 @@ class KVCache:
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int, mask, *,
                  max_len: int | None = None, dtype=torch.float32, device=None, fingerprint: str = "",
-                 model_id: int | None = None, initial_capacity: int | None = None, gate_heads: int | None = None):
+                 model_id: int | None = None, initial_capacity: int | None = None, gate_heads: int | None = None,
+                 rotated_keys: bool = True):
         check_positive_int("n_layers", n_layers)
         check_positive_int("batch_size", batch_size)
         self.n_layers, self.batch_size = n_layers, batch_size
@@ -125,11 +132,15 @@ class KVCache:
         self.tokens_seen = 0
         self.evicted = 0
         self.peak_length = 0  # most slots ever used during a call (committed + chunk)
+        self.stores = [KeyStore() for _ in range(n_layers)] if rotated_keys else None
+        self._moved = [False] * n_layers  # slots compacted since the layer's store last read them
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def for_model(cls, model, batch_size: int, max_len: int | None = None, dtype=None) -> KVCache:
-        """Empty cache sized for ``model`` (a :class:`posenc.TinyLM`) and ``batch_size`` rows."""
+    def for_model(cls, model, batch_size: int, max_len: int | None = None, dtype=None,
+                  rotated_keys: bool = True) -> KVCache:
+        """Empty cache sized for ``model`` (a :class:`posenc.TinyLM`) and ``batch_size`` rows; ``rotated_keys``:
+        keep each layer's rotated keys across calls (module docstring; False: the lean form)."""
         scheme = model.scheme
         if scheme.memory is not None:
             raise ValueError(f"scheme {scheme.name!r} carries memory ({scheme.memory.kind}); its state is not a "
@@ -140,7 +151,7 @@ class KVCache:
         gated = any(s.gate is not None for s in model.cfg.layer_schemes)
         return cls(len(model.blocks), batch_size, attn.n_kv_heads, attn.head_dim, mask, max_len=max_len,
                    dtype=dtype or p.dtype, device=p.device, fingerprint=_fingerprint(model), model_id=id(model),
-                   gate_heads=attn.n_heads if gated else None)
+                   gate_heads=attn.n_heads if gated else None, rotated_keys=rotated_keys)
 
     def _alloc(self, cap: int) -> None:
         """Grow every buffer to ``cap`` slots, copying the live ones (called O(log N) times)."""
@@ -226,6 +237,16 @@ class KVCache:
         self.peak_length = max(self.peak_length, e)
         return self.k[layer][:, :, :e], self.v[layer][:, :, :e], self.positions[:, :e], self.valid[:, :e]
 
+    def key_store(self, layer: int, k_pos: torch.Tensor) -> KeyStore | None:
+        """The layer's :class:`~posenc.engine.keystore.KeyStore` for the chunk :meth:`update` just appended (keys at
+        ``k_pos``, what ``update`` returned), told which keys it may carry; None without rotated keys."""
+        if self.stores is None:
+            return None
+        store = self.stores[layer]
+        store.begin(0 if self._moved[layer] else self.length, k_pos)
+        self._moved[layer] = False
+        return store
+
     def update_gate(self, layer: int, log_f: torch.Tensor) -> torch.Tensor:
         """Store the cumulative log forget gates of the chunk ``update`` just appended for ``layer``
         (``log_f [B,H,N]``, 0 at padding) and return ``c`` of every live slot plus the chunk, ``[B,H,Nk]``:
@@ -299,6 +320,7 @@ class KVCache:
         for layer in range(self.n_layers) if self.gate_heads else ():
             self.gate[layer][:, :, :new_len] = self.gate[layer][:, :, :e].gather(2, gidx)
         self.length = new_len
+        self._moved = [True] * self.n_layers
 
     # ------------------------------------------------------------------ introspection
     def live_positions(self) -> torch.Tensor:
@@ -311,7 +333,7 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes held by the buffers (capacity, not just live slots)."""
         t = sum(x.numel() * x.element_size() for x in self.k + self.v + self.gate)
-        return t + self.positions.numel() * 8 + self.valid.numel()
+        return t + self.positions.numel() * 8 + self.valid.numel() + sum(s.nbytes() for s in self.stores or ())
 
     def reset(self) -> None:
         self.length, self._pending, self._next = 0, 0, None
@@ -319,6 +341,8 @@ class KVCache:
         self._gate_last = [torch.zeros_like(c) for c in self._gate_last]
         self._gate_next = [None] * self.n_layers
         self.tokens_seen = self.evicted = self.peak_length = 0
+        for store in self.stores or ():
+            store.clear()
 
     def __repr__(self) -> str:
         return (f"KVCache(layers={self.n_layers}, batch={self.batch_size}, length={self.length}, "
