@@ -397,8 +397,12 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
         q_scale = query_scale(parts, q_pos, attn_scale, call.q.dtype, scale, call.k_pos)
         return backend.run(call.scheduled(freqs, q_scale))
 
-    # dynamic schedule: queries grouped by the length their schedule sees (few groups in practice)
+    # dynamic schedule: queries grouped by the length their schedule sees (one group per step of the schedule).
+    # Under a causal mask with keys at their indices, a group of queries up to position p reads keys 0..p only:
+    # the group's call is cut there, so it rotates and scores those keys and not the whole prefill's (which made a
+    # stepped prefill cost a rectangle of scores, twice the causal triangle, and rotate every key per group)
     out = None
+    causal_run = call.q_run if parts.mask.causal else None
     for ell in torch.unique(ells).tolist():
         freqs = parts.frequencies(int(ell))
         q_scale = query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale, call.k_pos)
@@ -406,7 +410,12 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
         sel = ells == ell  # [B,Nq]
         if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
             idx = sel[0].nonzero().flatten()
-            o = backend.run(group.select_queries(idx))
+            group = group.select_queries(idx)
+            if causal_run is not None:
+                end = causal_run + int(idx[-1]) + 1  # the last key the group's last query can see, plus one
+                if end < call.Nk:
+                    group = group.key_prefix(end)
+            o = backend.run(group)
             if out is None:
                 out = torch.zeros(call.B, call.H, call.Nq, call.v.shape[-1], dtype=o.dtype, device=o.device)
             out = out.index_copy(2, idx, o)
