@@ -47,6 +47,8 @@ class _Rows:
     base: int
     n: int
     buf: torch.Tensor | None
+    low: int = 1 << 62  # the lowest row asked for in this call
+    low_before: int = 0  # ... and in the call before (rows below both may be dropped when the buffer grows)
 
     def nbytes(self) -> int:
         return 0 if self.buf is None else self.buf.numel() * self.buf.element_size()
@@ -74,8 +76,9 @@ class KeyStore:
         for key, e in list(self._entries.items()):
             if e.base >= carried or carried == 0:
                 del self._entries[key]
-            elif e.n > carried:
-                e.n = carried
+            else:
+                e.n = min(e.n, carried)
+                e.low_before, e.low = min(e.low, 1 << 62), 1 << 62
         self._k_pos = k_pos.clone()  # a copy: an owner's position buffer may change in place before the next call
 
     def clear(self) -> None:
@@ -92,17 +95,20 @@ class KeyStore:
         ``rotate(a, b)`` rotates rows ``[a, b)`` of ``k`` and says whether it did (False: the identity, the
         rows returned as they are); only the rows not kept are rotated."""
         e = self._entries.get(key)
-        if e is not None and (e.values != values or lo < e.base or e.n < lo
-                              or (e.buf is not None and (e.buf.shape[0], e.buf.shape[1], e.buf.shape[3])
-                                  != (k.shape[0], k.shape[1], k.shape[3]))):
-            e = None  # other frequencies, rows dropped or never seen, another layout: start again from lo
+        if e is not None and (e.values != values or (e.buf is not None and (e.buf.shape[0], e.buf.shape[1],
+                                                                           e.buf.shape[3])
+                                                     != (k.shape[0], k.shape[1], k.shape[3]))):
+            e = None  # other frequencies or another layout: start again from lo
         if e is None:
             out, did = rotate(lo, hi)
             self.rotated_rows += hi - lo
-            self._entries[key] = _Rows(values, lo, hi, out if did else None)
+            self._entries[key] = _Rows(values, lo, hi, out if did else None, low=lo, low_before=lo)
             self.served_rows += hi - lo
             return out
-        if hi > e.n:
+        e.low = min(e.low, lo)
+        if lo < e.base:  # rows below the kept ones (a second piece reading from further back): rotate, prepend
+            self._prepend(e, k, lo, rotate)
+        if hi > e.n:  # rows after them (a gap up to lo included: the rows stay contiguous)
             new, did = rotate(e.n, hi)
             self.rotated_rows += hi - e.n
             if e.buf is None and not did:
@@ -114,14 +120,29 @@ class KeyStore:
             return k[:, :, lo:hi]
         return e.buf[:, :, lo - e.base:hi - e.base]
 
+    def _prepend(self, e: _Rows, k: torch.Tensor, lo: int, rotate) -> None:
+        """Rows ``[lo, e.base)`` rotated and placed before the kept ones."""
+        new, did = rotate(lo, e.base)
+        self.rotated_rows += e.base - lo
+        if e.buf is None and not did:
+            e.base = lo
+            return
+        held = e.n - lo
+        buf = k.new_empty(k.shape[0], k.shape[1], held + max(MIN_SLACK, held // 8), k.shape[3])
+        buf[:, :, :e.base - lo] = new if did else k[:, :, lo:e.base]
+        buf[:, :, e.base - lo:held] = k[:, :, e.base:e.n] if e.buf is None else e.buf[:, :, :e.n - e.base]
+        e.buf, e.base = buf, lo
+
     @staticmethod
     def _append(e: _Rows, k: torch.Tensor, new: torch.Tensor, did: bool, lo: int, hi: int) -> None:
-        """Write rows ``[e.n, hi)`` (``new``) after the kept ones, growing the buffer (dropping rows below ``lo``,
-        which the rising reads of a near branch or window no longer ask for) when it is full."""
+        """Write rows ``[e.n, hi)`` (``new``) after the kept ones, growing the buffer when it is full. Growing drops
+        the rows below every row asked for in this call and the one before (the rising reads of a near branch or a
+        window no longer ask for them; two pieces sharing one rotation, STRING's near and far, keep theirs)."""
         if e.buf is None:  # identity rows so far, a rotated one now: keep the rows from lo as they are
-            e.buf, e.base = k[:, :, lo:e.n].clone(), lo
+            base = min(lo, e.n)
+            e.buf, e.base = k[:, :, base:e.n].clone(), base
         if hi - e.base > e.buf.shape[2]:
-            base = lo if lo > e.base else e.base
+            base = min(e.n, max(e.base, min(e.low, e.low_before)))
             held = hi - base
             buf = e.buf.new_empty(e.buf.shape[0], e.buf.shape[1], held + max(MIN_SLACK, held // 8), e.buf.shape[3])
             buf[:, :, :e.n - base] = e.buf[:, :, base - e.base:e.n - e.base]

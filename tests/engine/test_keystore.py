@@ -68,12 +68,16 @@ def test_carried_rotated_keys_give_what_rotating_every_key_gives(seq):
     key_mask = valid if any(pads) else None
     parts = AttentionParts(drawn.scheme, H, D).eval()
     note(f"{drawn!r} B={B} H={H} Hk={Hk} D={D} cuts={cuts} pads={pads}")
-    for impl in ("auto", "reference"):
-        store = KeyStore()
+    used = 0
+    for impl in ("auto", "reference", "sdpa", "toeplitz", "band", "sinks", "blockwise"):  # (each passes on a
+        store = KeyStore()                                                                # call it cannot run)
         got = _calls(parts, q, k, v, k_pos, key_mask, cuts, impl, store)
         want = _calls(parts, q, k, v, k_pos, key_mask, cuts, impl, None)
         for i, (a, b) in enumerate(zip(got, want)):
             assert torch.equal(a, b), (impl, i, cuts[i], (a - b).abs().max().item())
+        used += store.served_rows
+    if parts.rope is not None and parts.multiaxis is None and H == Hk:
+        assert used > 0  # the store took part (with GQA the paths that read keys per query head keep none)
 
 
 def test_a_decode_step_rotates_only_its_new_key_per_rotation():
@@ -149,3 +153,19 @@ def test_no_store_is_kept_for_an_identity_rotation_or_under_autograd():
 def test_begin_takes_a_row_count(bad):
     with pytest.raises((ValueError, TypeError)):
         KeyStore().begin(bad, torch.arange(4)[None])
+
+
+def test_two_pieces_sharing_one_rotation_keep_their_rows():
+    """STRING's near piece (recent keys) and far piece (keys from 0) rotate keys the same way and share one
+    entry: growing it for the near piece must not drop the far piece's rows (which made every step rotate the
+    whole context again)."""
+    drawn, B, H, Hk, D, N, *_ = _pinned("string", {"shift": 30, "local": 8}, N=500)
+    parts = AttentionParts(drawn.scheme, H, D).eval()
+    q, k, v = torch.randn(B, H, N, D), torch.randn(B, Hk, N, D), torch.randn(B, Hk, N, D)
+    pos = torch.arange(N)[None]
+    store = KeyStore()
+    cuts = [200] + list(range(201, N + 1))
+    got = _calls(parts, q, k, v, pos, None, cuts, "auto", store)
+    want = _calls(parts, q, k, v, pos, None, cuts, "auto", None)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert store.rotated_rows == 200 + (N - 200)  # every key once: the prefill's, then one per step
