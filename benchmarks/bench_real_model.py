@@ -51,6 +51,9 @@ METHODS = (
     ("lm_infinite", "lm_infinite", {}, {}),
     ("sliding_window", "sliding_window", {}, {}),
 )
+#: ``--lean``: each row on posenc's engine once more with ``rotated_keys=False`` (label ``<row>@lean``): every
+#: decode step rotates every cached key it reads, as before the engine kept rotated keys (posenc.hf.keys)
+LEAN_SUFFIX = "@lean"
 #: the exact per-token dynamic schedule: prefill past the trained length is one backend call per position per
 #: layer (measured only where it is the identity, <= TRAIN_LEN, or with --exact-prefill), decode everywhere
 EXACT = ("dynamic_ntk@step1", "dynamic_ntk", {"step": 1}, {})
@@ -135,8 +138,16 @@ def measure_decode(model, n: int, decode: int) -> dict:
         tok = out.logits[:, -1].argmax(-1, keepdim=True)
     dec = time.perf_counter() - t0
     return {"prefill_s": None, "decode_tok_s": decode / dec, "prefill_peak_mb": None,
-            "peak_mb": (_status_kb("VmHWM") - rss0) / 1024, "loadavg": list(os.getloadavg()),
-            "cache": "synthetic"}
+            "peak_mb": (_status_kb("VmHWM") - rss0) / 1024, "rotated_keys_mb": _rotated_keys_mb(model),
+            "loadavg": list(os.getloadavg()), "cache": "synthetic"}
+
+
+def _rotated_keys_mb(model) -> float:
+    """MB the engine's rotated keys hold after the decode (:mod:`posenc.hf.keys`; 0 for the native rows, the
+    untouched model and the lean form)."""
+    from posenc.hf.keys import stored_bytes
+
+    return stored_bytes(model) / 2 ** 20
 
 
 @torch.no_grad()
@@ -166,7 +177,7 @@ def measure(model, n: int, decode: int, switch=None) -> dict:
     peak = _status_kb("VmHWM")
     return {"prefill_s": prefill, "decode_tok_s": decode / dec if decode else None,
             "prefill_peak_mb": (peak_prefill - rss0) / 1024, "peak_mb": (peak - rss0) / 1024,
-            "loadavg": list(os.getloadavg())}
+            "rotated_keys_mb": _rotated_keys_mb(model), "loadavg": list(os.getloadavg())}
 
 
 def run_one(model, row, n: int, decode: int, decode_only: bool = False, synthetic: bool = False) -> dict:
@@ -251,8 +262,16 @@ def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: 
             "summary": summarize(samples, base_runs)}
 
 
+def _native(method: str, kw: dict) -> bool:
+    """Whether ``extend`` runs the row on transformers' own code (no posenc engine, no rotated keys to keep)."""
+    from posenc.methods.registry import lookup
+
+    return bool(lookup(method, hf=True).hf_native) and kw.get("native") is not False
+
+
 def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repeats=None, methods=None,
-        decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print, save=None) -> dict:
+        decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print, save=None,
+        lean: bool = False) -> dict:
     """The whole grid (``quick``: 2 layers' worth of nothing heavy: 1 layer, 512 and 2048 tokens, 8 decode
     steps, one repeat, three methods)."""
     torch.manual_seed(0)
@@ -264,6 +283,9 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
     rows = [r for r in METHODS + (EXACT,) if methods is None or r[0] in methods or r[1] in methods]
     if quick and methods is None:
         rows = [r for r in rows if r[0] in ("yarn@engine", "selfextend", "streaming_llm")]
+    if lean:
+        rows += [(label + LEAN_SUFFIX, m, fixed, {**kw, "rotated_keys": False}) for label, m, fixed, kw in rows
+                 if not _native(m, kw)]
     peak = matmul_peak()
     model = load_model(layers)
     cfg = model.config
@@ -306,13 +328,15 @@ def main(argv=None) -> int:
     p.add_argument("--decode-only", action="store_true",
                    help="time decode steps after a synthetic cache of each length (no prefill)")
     p.add_argument("--exact-prefill", action="store_true", help="also time dynamic_ntk step=1 prefill past 8192")
+    p.add_argument("--lean", action="store_true",
+                   help="also run each engine row with rotated_keys=False (label <row>@lean)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="bench_real_model", help="JSON file name (without .json) under --out")
     a = p.parse_args(argv)
     ints = (lambda s: [int(x) for x in s.split(",")] if s else None)
     res = run(quick=a.quick, layers=a.layers or None, lengths=ints(a.lengths), repeats=ints(a.repeats),
               methods=a.methods.split(",") if a.methods else None, decode=a.decode, exact_prefill=a.exact_prefill,
-              synthetic=a.decode_only, save=lambda r: write_json(a.name, r, a.out))
+              synthetic=a.decode_only, save=lambda r: write_json(a.name, r, a.out), lean=a.lean)
     path = write_json(a.name, res, a.out)
     print(json.dumps({"machine": machine_info(), "summary": res["summary"]}, indent=1, default=str))
     print(f"wrote {path}")
