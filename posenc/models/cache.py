@@ -42,9 +42,10 @@ Protocol used by :meth:`posenc.models.tinylm.TinyLM.forward`::
     cache.advance(pos)                  # after the last layer: commit the chunk and evict
     cache.key_store(layer, k_pos_all)   # the layer's rotated keys for this call (None: rotate every key)
 
-Rotated keys: each layer also has a :class:`~posenc.engine.keystore.KeyStore` (``rotated_keys=True``, the
-default), so a decode step rotates only its new key. The slots before a chunk are the keys of the previous call,
-unchanged, unless an eviction compacted them since: then the store starts again.
+Rotated keys: each layer of an unbounded cache also has a :class:`~posenc.engine.keystore.KeyStore`
+(``rotated_keys=True``, the default), so a decode step rotates only its new key: the slots before a chunk are the
+keys of the previous call, unchanged. A bounded cache (window, sinks, BCA) compacts its slots after every chunk once
+full, so it would carry nothing, and keeps none.
 """
 
 from __future__ import annotations
@@ -132,7 +133,9 @@ class KVCache:
         self.tokens_seen = 0
         self.evicted = 0
         self.peak_length = 0  # most slots ever used during a call (committed + chunk)
-        self.stores = [KeyStore() for _ in range(n_layers)] if rotated_keys else None
+        # an evicting (bounded) cache compacts its slots after every chunk once full, so nothing would be carried:
+        # it keeps no rotated keys
+        self.stores = [KeyStore() for _ in range(n_layers)] if rotated_keys and self.bound is None else None
         self._moved = [False] * n_layers  # slots compacted since the layer's store last read them
 
     # ------------------------------------------------------------------ construction
