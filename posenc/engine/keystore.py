@@ -60,7 +60,9 @@ class KeyStore:
 
     def __init__(self):
         self._entries: dict = {}  # key rotation -> _Rows
-        self._k_pos: torch.Tensor | None = None  # the positions of the last call's keys
+        self._k_pos: torch.Tensor | None = None  # the positions of the last call's keys (None: at their indices)
+        self._indices = False  # the last call's keys sat at 0..Nk-1
+        self._rows = self._batch = 0  # its key count and batch size
         self.rotated_rows = 0  # rows rotated through this store (counts the work it did; tests read it)
         self.served_rows = 0  # rows it returned
 
@@ -69,9 +71,12 @@ class KeyStore:
         (the owner's word), at positions ``k_pos [B, Nk]``; rows the positions do not confirm are forgotten too."""
         if isinstance(carried, bool) or not isinstance(carried, int) or carried < 0:
             raise ValueError(f"carried must be a number of keys >= 0, got {carried!r}")
-        prev = self._k_pos
-        if carried and (prev is None or prev.shape[0] != k_pos.shape[0] or prev.shape[1] < carried
-                        or not torch.equal(prev[:, :carried], k_pos[:, :carried])):
+        from posenc.engine.call import keys_at_indices
+
+        prev, indices = self._k_pos, keys_at_indices(k_pos)  # (remembered for the forward's shared positions)
+        if carried and (self._rows < carried or self._batch != k_pos.shape[0] or not (
+                (indices and self._indices) or (prev is not None and torch.equal(prev[:, :carried],
+                                                                                  k_pos[:, :carried])))):
             carried = 0
         for key, e in list(self._entries.items()):
             if e.base >= carried or carried == 0:
@@ -79,11 +84,14 @@ class KeyStore:
             else:
                 e.n = min(e.n, carried)
                 e.low_before, e.low = min(e.low, 1 << 62), 1 << 62
-        self._k_pos = k_pos.clone()  # a copy: an owner's position buffer may change in place before the next call
+        # keys at 0..Nk-1 need no copy to compare; other positions are copied (an owner's position buffer may
+        # change in place before the next call)
+        self._k_pos, self._indices = (None if indices else k_pos.clone()), indices
+        self._rows, self._batch = k_pos.shape[1], k_pos.shape[0]
 
     def clear(self) -> None:
         self._entries.clear()
-        self._k_pos = None
+        self._k_pos, self._indices, self._rows, self._batch = None, False, 0, 0
 
     def nbytes(self) -> int:
         """Bytes the rotated rows hold now (buffers, room included)."""
