@@ -321,6 +321,36 @@ def _finish(out: dict, t0: float) -> dict:
     return out
 
 
+def decode_table(res: dict) -> str:
+    """A decode run (``--decode-only``) as a markdown table: per row, at each length, the decode tokens/s over the
+    untouched model's (median [min, max] over the repeats; the untouched model's own tokens/s in the first row),
+    then what the ``@lean`` form of the same row gave, and the MB its rotated keys held at the longest length."""
+    lengths = list(res["lengths"])
+    rows = [label for label in res["lengths"][lengths[0]]["summary"] if not label.endswith(LEAN_SUFFIX)]
+    head = ["row"] + [f"{int(n) // 1024}k decode / untouched" for n in lengths] + \
+        [f"{int(lengths[-1]) // 1024}k rotated keys MB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = [statistics.median(r["decode_tok_s"] for r in res["lengths"][n]["untouched"]) for n in lengths]
+    lines.append("| untouched (tok/s) | " + " | ".join(f"{b:.2f}" for b in base) + " | - |")
+
+    def ratio(n, label):
+        r = res["lengths"][n]["summary"].get(label, {}).get("decode_ratio")
+        if not r:
+            return None
+        return f"{r['median']:.2f}" + (f" [{r['min']:.2f}, {r['max']:.2f}]" if r["n"] > 1 else "")
+
+    for label in rows:
+        cells = []
+        for n in lengths:
+            own, lean = ratio(n, label), ratio(n, label + LEAN_SUFFIX)
+            cells.append((own or "-") + (f" (lean {lean})" if lean else ""))
+        runs = res["lengths"][lengths[-1]]["runs"].get(label) or []
+        mb = [r.get("rotated_keys_mb") for r in runs if r and r.get("rotated_keys_mb") is not None]
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {statistics.median(mb):.0f} |" if mb else
+                     f"| {label} | " + " | ".join(cells) + " | - |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.bench_real_model", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -332,11 +362,15 @@ def main(argv=None) -> int:
     p.add_argument("--decode-only", action="store_true",
                    help="time decode steps after a synthetic cache of each length (no prefill)")
     p.add_argument("--exact-prefill", action="store_true", help="also time dynamic_ntk step=1 prefill past 8192")
+    p.add_argument("--table", metavar="JSON", help="print the decode table of a finished --decode-only run and exit")
     p.add_argument("--lean", action="store_true",
                    help="also run each engine row with rotated_keys=False (label <row>@lean)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="bench_real_model", help="JSON file name (without .json) under --out")
     a = p.parse_args(argv)
+    if a.table:
+        print(decode_table(json.loads(open(a.table, encoding="utf-8").read())))
+        return 0
     ints = (lambda s: [int(x) for x in s.split(",")] if s else None)
     res = run(quick=a.quick, layers=a.layers or None, lengths=ints(a.lengths), repeats=ints(a.repeats),
               methods=a.methods.split(",") if a.methods else None, decode=a.decode, exact_prefill=a.exact_prefill,
