@@ -63,6 +63,8 @@ class KeyStore:
         self._k_pos: torch.Tensor | None = None  # the positions of the last call's keys (None: at their indices)
         self._indices = False  # the last call's keys sat at 0..Nk-1
         self._rows = self._batch = 0  # its key count and batch size
+        self._calls = 0  # calls begun
+        self._last: dict = {}  # key rotation -> (frequencies, call) of the last time it was rotated afresh
         self.rotated_rows = 0  # rows rotated through this store (counts the work it did; tests read it)
         self.served_rows = 0  # rows it returned
 
@@ -71,6 +73,7 @@ class KeyStore:
         (the owner's word), at positions ``k_pos [B, Nk]``; rows the positions do not confirm are forgotten too."""
         if isinstance(carried, bool) or not isinstance(carried, int) or carried < 0:
             raise ValueError(f"carried must be a number of keys >= 0, got {carried!r}")
+        self._calls += 1
         from posenc.engine.call import keys_at_indices
 
         prev, indices = self._k_pos, keys_at_indices(k_pos)  # (remembered for the forward's shared positions)
@@ -92,6 +95,7 @@ class KeyStore:
     def clear(self) -> None:
         self._entries.clear()
         self._k_pos, self._indices, self._rows, self._batch = None, False, 0, 0
+        self._last.clear()
 
     def nbytes(self) -> int:
         """Bytes the rotated rows hold now (buffers, room included)."""
@@ -106,11 +110,18 @@ class KeyStore:
         if e is not None and (e.values != values or (e.buf is not None and (e.buf.shape[0], e.buf.shape[1],
                                                                            e.buf.shape[3])
                                                      != (k.shape[0], k.shape[1], k.shape[3]))):
-            e = None  # other frequencies or another layout: start again from lo
+            del self._entries[key]  # other frequencies or another layout: start again from lo (old rows freed first)
+            e = None
         if e is None:
+            # frequencies that changed in this call or the one before and change again (the exact per-token dynamic
+            # schedule, or the groups of one stepped prefill) are not kept: they would never be read again
+            last = self._last.get(key)
+            churn = last is not None and last[0] != values and last[1] >= self._calls - 1
+            self._last[key] = (values, self._calls)
             out, did = rotate(lo, hi)
             self.rotated_rows += hi - lo
-            self._entries[key] = _Rows(values, lo, hi, out if did else None, low=lo, low_before=lo)
+            if not churn:
+                self._entries[key] = _Rows(values, lo, hi, out if did else None, low=lo, low_before=lo)
             self.served_rows += hi - lo
             return out
         e.low = min(e.low, lo)

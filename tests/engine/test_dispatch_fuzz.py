@@ -170,6 +170,8 @@ def _pinned(name, Nq, Nk, pads, dtype=torch.float32, H=4, Hk=2, D=16, sinks=Fals
 @example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=3, train_len=16, method=("selfextend", {"window": 8, "group": 4})))
 @example(case=_pinned("rope", 2, 90, [0, 0], H=6, Hk=2, train_len=16, method=("dca", {"chunk": 12, "local": 1})))
 @example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("streaming_llm", {"window": 20})))
+@example(case=_pinned("rope", 5, 90, [0, 0], H=6, Hk=2, train_len=16, method=("streaming_llm", {"window": 20})))
+@example(case=_pinned("rope", 3, 90, [0, 0], H=6, Hk=3, train_len=16, method=("lm_infinite", {"window": 12})))
 @example(case=_pinned("rope", 4, 90, [0, 0], H=6, Hk=1, train_len=16, method=("sliding_window", {"window": 20})))
 @example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=2, train_len=16, method=("dynamic_ntk", {})))
 # InfLLM-style retrieval on the retrieved-keys backend: a long call (far tiles, GQA) and a decode step

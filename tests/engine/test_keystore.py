@@ -169,3 +169,20 @@ def test_two_pieces_sharing_one_rotation_keep_their_rows():
     want = _calls(parts, q, k, v, pos, None, cuts, "auto", None)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert store.rotated_rows == 200 + (N - 200)  # every key once: the prefill's, then one per step
+
+
+def test_a_schedule_that_changes_at_every_step_keeps_nothing():
+    """The exact per-token dynamic schedule (step 1) past the trained length has new frequencies at every decode
+    step: after the second change in a row the store stops keeping them (they would only hold memory); a stepped
+    schedule, whose frequencies hold for many steps, keeps its rows."""
+    for step, kept in ((1, False), (64, True)):
+        drawn, B, H, Hk, D, N, *_ = _pinned("dynamic_ntk", {"step": step}, N=120)
+        parts = AttentionParts(drawn.scheme, H, D).eval()
+        q, k, v = torch.randn(B, H, N, D), torch.randn(B, Hk, N, D), torch.randn(B, Hk, N, D)
+        pos = torch.arange(N)[None]
+        store = KeyStore()
+        cuts = [100] + list(range(101, N + 1))
+        got = _calls(parts, q, k, v, pos, None, cuts, "auto", store)
+        want = _calls(parts, q, k, v, pos, None, cuts, "auto", None)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert (store.nbytes() > 0) == kept, (step, store.nbytes())

@@ -8,6 +8,7 @@ import torch
 
 from posenc.engine import toeplitz as kernel
 from posenc.engine.backends.base import (
+    FEW_QUERIES,
     FUSED_CPU,
     Backend,
     distance_profile,
@@ -17,6 +18,7 @@ from posenc.engine.backends.base import (
 )
 from posenc.engine.call import AttentionCall
 from posenc.engine.parts import AttentionParts
+from posenc.engine.pieces import flash_lse
 from posenc.engine.rotation import rotate_keys, rotate_queries
 from posenc.engine.scores import scores_tile
 
@@ -95,10 +97,13 @@ class SinksWindow(Backend):
         q0 = call.q_run
         br = parts.branches[window_branch(parts, q0, Nq)]
         first = min(max(s, q0 - w + 1), q0)  # the first key any query reads in the window piece
-        profile = distance_profile(parts, min(w, q0 + Nq), q.device)
-        o_win, l_win = kernel.toeplitz_attention(rotate_queries(call, br), rotate_keys(call, br, first),
-                                                 v[:, :, first:], profile, q_start=q0, window=w, key_start=s,
-                                                 return_lse=True, key_offset=first)
+        if Nq < FEW_QUERIES and parts.bias is None and q0 >= s:
+            o_win, l_win = few_queries(call, br, first)
+        else:
+            profile = distance_profile(parts, min(w, q0 + Nq), q.device)
+            o_win, l_win = kernel.toeplitz_attention(rotate_queries(call, br), rotate_keys(call, br, first),
+                                                     v[:, :, first:], profile, q_start=q0, window=w, key_start=s,
+                                                     return_lse=True, key_offset=first)
         ks = min(s, call.Nk)
         if ks == 0:
             return o_win
@@ -112,3 +117,19 @@ class SinksWindow(Backend):
         total = torch.logaddexp(l_win, l_sink)  # every query sees itself in one of the pieces: finite
         w_sink = torch.exp(l_sink - total)[..., None].to(o_win.dtype)  # rows before n_sinks: l_win = -inf, w = 1
         return o_win.lerp_(o_sink.to(o_win.dtype), w_sink)
+
+
+def few_queries(call: AttentionCall, br, first: int):
+    """The window piece of a few queries at ``q0 ..`` (a decode step, every query past the sinks): the fused kernel
+    straight on the cache's keys ``[first, q0 + Nq)`` (rotated through the call's key store when it has one), with
+    a mask only for more than one query; no reversed copy of the window's keys and values, which the Toeplitz
+    kernel makes. ``(out, lse)``."""
+    s, w = call.parts.mask.n_sinks, call.parts.mask.window
+    q0, Nq = call.q_run, call.Nq
+    end = q0 + Nq
+    mask = None
+    if Nq > 1:
+        qp = call.q_pos[:1, None, :, None]  # [1,1,Nq,1]; every row alike (position_run)
+        kp = torch.arange(first, end, device=call.q.device)[None, None, None, :]
+        mask = (kp <= qp) & (qp - kp < w) & (kp >= s)
+    return flash_lse(rotate_queries(call, br), rotate_keys(call, br, first, end), call.v[:, :, first:end], mask)
