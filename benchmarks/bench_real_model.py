@@ -323,15 +323,16 @@ def _finish(out: dict, t0: float) -> dict:
 
 def decode_table(res: dict) -> str:
     """A decode run (``--decode-only``) as a markdown table: per row, at each length, the decode tokens/s over the
-    untouched model's (median [min, max] over the repeats; the untouched model's own tokens/s in the first row),
+    untouched model's (median [min, max] over the repeats; the untouched model's own tokens/s per repeat first),
     then what the ``@lean`` form of the same row gave, and the MB its rotated keys held at the longest length."""
     lengths = list(res["lengths"])
     rows = [label for label in res["lengths"][lengths[0]]["summary"] if not label.endswith(LEAN_SUFFIX)]
     head = ["row"] + [f"{int(n) // 1024}k decode / untouched" for n in lengths] + \
         [f"{int(lengths[-1]) // 1024}k rotated keys MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = [statistics.median(r["decode_tok_s"] for r in res["lengths"][n]["untouched"]) for n in lengths]
-    lines.append("| untouched (tok/s) | " + " | ".join(f"{b:.2f}" for b in base) + " | - |")
+    base = [sorted(r["decode_tok_s"] for r in res["lengths"][n]["untouched"]) for n in lengths]
+    lines.append("| untouched (tok/s, each repeat) | " + " | ".join(", ".join(f"{x:.2f}" for x in b) for b in base)
+                 + " | - |")
 
     def ratio(n, label):
         r = res["lengths"][n]["summary"].get(label, {}).get("decode_ratio")
