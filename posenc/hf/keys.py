@@ -48,7 +48,8 @@ class LayerKeys:
             self._pending = None
             return
         keys = layer.keys if getattr(layer, "is_initialized", False) else None
-        same = keys is not None and self._read is not None and self._read() is keys and keys._version == self._version
+        version = None if keys is None else _version(keys)
+        same = version is not None and self._read is not None and self._read() is keys and version == self._version
         self._pending = (layer, self._rows if same else 0)
 
     def for_call(self, key: torch.Tensor, n_new: int, k_pos: torch.Tensor) -> KeyStore | None:
@@ -60,12 +61,22 @@ class LayerKeys:
             return None
         carried = pending[1] if key.shape[2] == pending[1] + n_new else 0
         self.store.begin(carried, k_pos)
-        self._read, self._version, self._rows = weakref.ref(key), key._version, key.shape[2]
+        self._read, self._version, self._rows = weakref.ref(key), _version(key), key.shape[2]
         return self.store
 
     def forget(self) -> None:
         self.store.clear()
         self._read, self._version, self._rows = None, -1, 0
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's version counter, or None for an inference-mode tensor, which keeps none: without it an in-place
+    write cannot be ruled out, so :meth:`LayerKeys.before` carries nothing (under ``torch.inference_mode`` every
+    step rotates every key, as the lean form does; under ``torch.no_grad``, what ``generate`` uses, keys carry)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 def _dynamic_layer(module, kwargs):

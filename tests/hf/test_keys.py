@@ -127,3 +127,16 @@ def test_rotated_keys_is_a_flag_and_unextend_removes_the_stores():
     unextend(model)
     attn = model.model.layers[0].self_attn
     assert not hasattr(attn, "_posenc_keys") and len(attn._forward_pre_hooks) == hooks - 1
+
+
+def test_under_inference_mode_nothing_is_carried_and_the_answer_is_the_lean_forms():
+    """Inference-mode tensors keep no version counter, so an in-place write to the cache cannot be ruled out: the
+    store carries nothing (and does not fail), and decoding equals the lean form."""
+    model, lean = _pair()
+    ids = torch.randint(0, 256, (1, N), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        caches = [_prefill(m, ids) for m in (model, lean)]
+        before = _store(model).rotated_rows
+        got, want = (_steps(m, ids, c, 3) for m, c in zip((model, lean), caches))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert _store(model).rotated_rows - before > 3 * 2  # every step rotated more than its new keys
