@@ -155,19 +155,27 @@ def test_begin_takes_a_row_count(bad):
         KeyStore().begin(bad, torch.arange(4)[None])
 
 
-def test_two_pieces_sharing_one_rotation_keep_their_rows():
-    """STRING's near piece (recent keys) and far piece (keys from 0) rotate keys the same way and share one
-    entry: growing it for the near piece must not drop the far piece's rows (which made every step rotate the
-    whole context again)."""
-    drawn, B, H, Hk, D, N, *_ = _pinned("string", {"shift": 30, "local": 8}, N=500)
+def _decoded(method, params, N, prefill):
+    """A prefill of ``prefill`` keys then one-token decode steps up to ``N`` with a store, checked equal to the same
+    calls without one; returns the store."""
+    drawn, B, H, Hk, D, N, *_ = _pinned(method, params, N=N)
     parts = AttentionParts(drawn.scheme, H, D).eval()
     q, k, v = torch.randn(B, H, N, D), torch.randn(B, Hk, N, D), torch.randn(B, Hk, N, D)
     pos = torch.arange(N)[None]
     store = KeyStore()
-    cuts = [200] + list(range(201, N + 1))
+    cuts = [prefill] + list(range(prefill + 1, N + 1))
     got = _calls(parts, q, k, v, pos, None, cuts, "auto", store)
     want = _calls(parts, q, k, v, pos, None, cuts, "auto", None)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+    return store
+
+
+def test_two_pieces_sharing_one_rotation_keep_their_rows():
+    """STRING's near piece (recent keys) and far piece (keys from 0) rotate keys the same way and share one
+    entry: growing it for the near piece must not drop the far piece's rows (which made every step rotate the
+    whole context again)."""
+    N = 500
+    store = _decoded("string", {"shift": 30, "local": 8}, N, 200)
     assert store.rotated_rows == 200 + (N - 200)  # every key once: the prefill's, then one per step
 
 
@@ -176,13 +184,5 @@ def test_a_schedule_that_changes_at_every_step_keeps_nothing():
     step: after the second change in a row the store stops keeping them (they would only hold memory); a stepped
     schedule, whose frequencies hold for many steps, keeps its rows."""
     for step, kept in ((1, False), (64, True)):
-        drawn, B, H, Hk, D, N, *_ = _pinned("dynamic_ntk", {"step": step}, N=120)
-        parts = AttentionParts(drawn.scheme, H, D).eval()
-        q, k, v = torch.randn(B, H, N, D), torch.randn(B, Hk, N, D), torch.randn(B, Hk, N, D)
-        pos = torch.arange(N)[None]
-        store = KeyStore()
-        cuts = [100] + list(range(101, N + 1))
-        got = _calls(parts, q, k, v, pos, None, cuts, "auto", store)
-        want = _calls(parts, q, k, v, pos, None, cuts, "auto", None)
-        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        store = _decoded("dynamic_ntk", {"step": step}, 120, 100)
         assert (store.nbytes() > 0) == kept, (step, store.nbytes())
