@@ -173,6 +173,11 @@ AUTO_ORDER: tuple[Rule, ...] = (
     Rule("reference"),
 )
 
+#: The backends whose kernels read, for a causal sliding window, only the keys inside it (memory and time linear in
+#: the length for a fixed window): the Toeplitz kernel's window slices, the sinks pieces, flex's block mask and
+#: blockwise's gathered key blocks. ``sdpa`` (one materialised mask) and ``reference`` read every key.
+WINDOWED_BACKENDS = frozenset({"toeplitz", "sinks", "flex", "blockwise"})
+
 #: ``impl=<name>`` where that backend cannot compute the call exactly: the rules walked next.
 FALLBACKS: dict[str, tuple[Rule, ...]] = {
     "reference": (),

@@ -371,3 +371,36 @@ def target_types(config, layer_types) -> tuple[str, ...] | None:
     if unknown:
         raise ValueError(f"layer_types {unknown} are not layer types of this model; it has {sorted(known)}")
     return tuple(layer_types)
+
+
+def local_windows(config) -> tuple[int, ...]:
+    """The sliding windows of a local/global hybrid's local layers (``config.layer_types`` entries of a sliding type
+    with ``config.sliding_window`` no wider than the trained length), sorted; ``()`` for a model without such
+    layers (every layer global, or one window on every layer as Mistral 7B v0.1 has, whose layers have no types)."""
+    types = getattr(config, "layer_types", None) or ()
+    window = getattr(config, "sliding_window", None)
+    trained = getattr(config, "max_position_embeddings", None)
+    if not window or not any(t in _SLIDING_LAYER_TYPES for t in types):
+        return ()
+    return (int(window),) if trained is None or int(window) <= int(trained) else ()
+
+
+def check_local_targets(config, modules, layer_types, method: str, train_len: int) -> None:
+    """``ValueError`` naming ``method`` and the layer type when ``layer_types`` (as the user chose them) put a
+    method on local layers: layers of a sliding type (:data:`_SLIDING_LAYER_TYPES`) whose window is no wider than
+    the trained length ``train_len``.
+
+    Why: such a layer never sees a key more than ``window - 1`` positions back, a distance it was trained on; RoPE
+    and every remap depend on the distance only, so any extension there changes what the layer computes inside its
+    trained range and extends nothing (a method's own window wider than the layer's does nothing either). On a
+    local/global hybrid (Gemma 3: window 512, trained at 32k) the methods belong on the global layers, which is
+    the default. A layer whose window is wider than ``train_len`` reads distances it was not trained on and may
+    take a method."""
+    chosen = set(layer_types)
+    for m in modules:
+        ltype, window = layer_type_of(config, m), layer_window(config, m)
+        if ltype in chosen and ltype in _SLIDING_LAYER_TYPES and window is not None and window <= train_len:
+            raise ValueError(f"method {method!r} cannot go on layer type {ltype!r}: its layers attend within a "
+                             f"sliding window of {window} tokens, inside the trained length {train_len}, so they never "
+                             "read a distance to extend (the method would only change what they were trained on); "
+                             "leave layer_types out to extend the global layers")

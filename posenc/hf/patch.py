@@ -13,6 +13,10 @@ Two paths, chosen by the method's record (:attr:`posenc.methods.Method.hf_native
   :func:`posenc.engine.run_attention` with each layer's parts, and a mask function ``"posenc"`` hands it each key's
   original position (``-1`` for padding). Switching such a model to another attention implementation is refused
   on its next forward (it would run without positions); :func:`unextend` removes the extension.
+  ``extend(model, "none", native=False)`` is the *identity path*: the untouched model, every layer on the engine.
+  On a local/global hybrid (Gemma 3) it is what makes long prefills affordable: the local layers' sliding windows
+  run on the engine's windowed kernel (keys within the window only, memory linear in the length), where
+  transformers masks a full attention matrix.
 
 Everything is validated before anything changes, and the model gets its own copy of its config. Refused: a model
 without RoPE, one posenc already extended, a family whose attention posenc cannot reproduce
@@ -35,6 +39,7 @@ from posenc.hf.attention import ATTN_NAME, guarded_identity_rotation, register
 from posenc.hf.layers import (
     NEGATED_LAYOUT,
     check_family,
+    check_local_targets,
     interface_modules,
     is_nested,
     layer_chunk,
@@ -415,19 +420,25 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
     if not isinstance(rotated_keys, bool):
         raise TypeError(f"rotated_keys must be True or False, got {rotated_keys!r}")
     methods = parse_methods(method, hf=True)  # ValueError for an empty or unknown name
-    if all(m.is_identity for m in methods):
-        if params or layer_types is not None:
+    identity = all(m.is_identity for m in methods)
+    if identity:
+        if params or layer_types is not None or target_length is not None:
             raise ValueError(f"method 'none' takes no parameters, got {sorted(params)}")
-        return model
+        if native is not False:
+            return model
+        # native=False: the untouched model on posenc's engine (the identity path: a hybrid's local layers read
+        # only their window, in memory linear in the length)
     _check_extendable(model)
     targets = target_types(model.config, layer_types)
+    if layer_types is not None:
+        check_local_targets(model.config, _attention_modules(model), targets, method, train_len_of(model.config))
     record = {"method": method, "params": dict(params)}
     if target_length is not None:
         params = {**_length_params(model.config, method, target_length), **params}
         record = {"method": method, "params": dict(params), "target_length": int(target_length)}
     if layer_types is not None:
         record["layer_types"] = list(targets)
-    if len(methods) == 1 and methods[0].hf_native and native is not False:
+    if not identity and len(methods) == 1 and methods[0].hf_native and native is not False:
         refusal = _native_refusal(model.config, methods[0], params, targets)
         if refusal is None:
             _extend_native(model, methods[0], params, targets)
@@ -436,7 +447,7 @@ def extend(model, method: str = "none", *, native: bool | None = None, impl: str
         if native is True or methods[0].apply is None:
             raise ValueError(refusal)
         # native="auto" and transformers' config refuses the schedule for this family: posenc's engine runs it
-    bad = [m.name for m in methods if m.apply is None]
+    bad = [m.name for m in methods if m.apply is None and not m.is_identity]
     if bad:
         raise ValueError(f"unknown method(s) {bad} on posenc's path (transformers alone implements them: not "
                          f"in a composition, not with native=False); known: {sorted(hf_methods())}")

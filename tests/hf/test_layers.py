@@ -188,13 +188,41 @@ def test_ntk_equals_a_model_with_the_scaled_base(family, ref_kw):
 
 
 def test_gemma3_layer_types_choose_the_layers():
-    """layer_types=("sliding_attention",) moves NTK to the local layers instead."""
+    """layer_types=("sliding_attention",) moves NTK to the local layers instead, on a config whose sliding window
+    (48) is wider than its trained length (32): its local layers read distances they were not trained on."""
     x, mask, pos = prompts()
-    ext = hf.extend(make_model("gemma3"), "ntk", factor=4.0, layer_types=("sliding_attention",))
-    want = logits(make_model("gemma3", theta_local=_ntk_theta(1e4, 16)), x, mask, pos)
+    ext = hf.extend(make_model("gemma3", sliding_window=48), "ntk", factor=4.0, layer_types=("sliding_attention",))
+    want = logits(make_model("gemma3", sliding_window=48, theta_local=_ntk_theta(1e4, 16)), x, mask, pos)
     assert_close(logits(ext, x, mask, pos), want, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="not layer types of this model"):
         hf.extend(make_model("gemma3"), "ntk", factor=4.0, layer_types=("chunked_attention",))
+
+
+@pytest.mark.parametrize("method,params", [("ntk", {"factor": 4.0}), ("selfextend", {"group": 2, "window": 4}),
+                                           ("sliding_window", {"window": 12})])
+def test_gemma3_a_method_on_local_layers_within_the_trained_length_is_refused(method, params):
+    """Local layers of window 6 in a model trained at 32 never read a distance past 5: a method there (a RoPE
+    scaling, a remap, a wider window) would change what they were trained on and extend nothing. Refused by
+    name, before anything changes; the default (the global layers) is taken."""
+    model = make_model("gemma3")
+    with pytest.raises(ValueError, match=f"method '{method}' cannot go on layer type 'sliding_attention'.*window "
+                                         "of 6 tokens, inside the trained length 32"):
+        hf.extend(model, method, layer_types=("sliding_attention", "full_attention"), **params)
+    assert model.config._attn_implementation == "eager" and not getattr(model, "_posenc_extended", None)
+    assert hf.extend(model, method, **params)._posenc_extended["method"] == method
+
+
+def test_gemma3_identity_path_equals_transformers():
+    """extend(model, "none", native=False): the untouched model with every layer on posenc's engine (the local
+    layers' window 6 on the engine's kernels) equals transformers' eager attention on a left-padded batch."""
+    x, mask, pos = prompts()
+    model = make_model("gemma3")
+    want = logits(model, x, mask, pos)
+    ext = hf.extend(model, "none", native=False)
+    assert ext.config._attn_implementation == "posenc" and ext._posenc_extended["method"] == "none"
+    assert_close(logits(ext, x, mask, pos), want, rtol=1e-4, atol=1e-5)
+    plain = make_model("gemma3")  # without native=False, "none" is the model as it is
+    assert hf.extend(plain, "none") is plain and plain.config._attn_implementation == "eager"
 
 
 def test_ministral3_sliding_window_equals_transformers_window():
@@ -225,7 +253,8 @@ def test_gemma3_native_yarn_on_global_layers():
                                     "gpt_oss", "deepseek_v32"])
 def test_save_load_round_trip(family, tmp_path):
     kw = {"layer_types": ("sliding_attention", "full_attention")} if family == "gemma3" else {}
-    model = hf.extend(make_model(family), "rerope", window=8, **kw)
+    wide = {"sliding_window": 48} if family == "gemma3" else {}  # local layers a method may go on (window > 32)
+    model = hf.extend(make_model(family, **wide), "rerope", window=8, **kw)
     hf.save(model, tmp_path / family)
     loaded = hf.load(tmp_path / family)
     assert loaded.config.posenc["method"] == "rerope"
