@@ -18,7 +18,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     from posenc.evals.lab.bench import PRESETS
 
     p = subparser(sub, "bench", "train short, test long: every scheme and method under one protocol; or, with a "
-                  "real-model preset (smollm2, smollm2_full), the long-context suite on a pretrained model")
+                  "real-model preset (smollm2, smollm2_full, gemma3), the long-context suite on a pretrained model")
     names = sorted(PRESETS) + sorted(_suite_presets())
     p.add_argument("--preset", default=None, choices=names, metavar="PRESET",
                    help="lab preset (trains small models: " + ", ".join(sorted(PRESETS)) + ") or real-model suite "

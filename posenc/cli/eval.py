@@ -27,11 +27,13 @@ def add_parser(sub) -> None:
     p = subparser(sub, "eval", "perplexity, accuracy and pass-key retrieval of a model at several lengths",
                   "Evaluate MODEL at several lengths, as trained and under inference-time methods. MODEL is a run "
                   "folder written by `posenc train` (scored on its corpus with its tokenizer) or a Hugging Face "
-                  "model: a folder, a .gguf file or a bundled model (smollm2), scored on --text or --corpus with "
+                  "model: a folder, a .gguf file or a bundled model (smollm2, gemma3-270m), scored on --text or "
+                  "--corpus with "
                   "the model's own tokenizer. The table goes to stdout; --out DIR also writes results.json, "
                   "records.jsonl and the report.")
     p.add_argument("model", nargs="?", metavar="MODEL",
-                   help="a run folder of `posenc train`, or a Hugging Face folder, a .gguf file or smollm2")
+                   help="a run folder of `posenc train`, or a Hugging Face folder, a .gguf file or a bundled model "
+                        "(smollm2, gemma3-270m)")
     add_method(p, "inference-time method or composition a+b to evaluate besides the model as trained; repeatable "
                "(e.g. --method yarn --method rerope+logn)", repeat=True,
                param_help="method parameter, repeatable; overrides the per-length default of every method that "

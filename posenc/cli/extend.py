@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                   "its size on disk: a .gguf (the bundled smollm2 included) is de-quantized, so the folder holds "
                   "float32 weights, several times the size of the quantized file.")
     p.add_argument("model", nargs="?", metavar="MODEL", help="a Hugging Face folder, a .gguf file, or a bundled "
-                   "model (smollm2)")
+                   "model (smollm2, gemma3-270m)")
     add_method(p, "method or composition a+b, e.g. yarn, dynamic_ntk, rerope, selfextend+logn")
     p.add_argument("--length", type=int, default=None, metavar="N",
                    help="the length to read: parameters not given take each method's rule for N (YaRN's factor = N / "
@@ -52,7 +52,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     merge_old(args, "old_model", "model", "MODEL", "--model")
     merge_old(args, "old_save", "out", "--out", "--save")
-    for value, what in ((args.model, "the MODEL to extend (a Hugging Face folder, a .gguf file or smollm2)"),
+    for value, what in ((args.model, "the MODEL to extend (a Hugging Face folder, a .gguf file or a bundled model: "
+                                     "smollm2, gemma3-270m)"),
                         (args.method, "--method SPEC"), (args.out, "--out DIR, the folder to save the model into")):
         if not value:
             raise ValueError(f"posenc extend needs {what}")

@@ -25,7 +25,7 @@ from posenc.cli._common import (
 )
 
 MODEL_HELP = ("a run folder of `posenc train`, or a Hugging Face model: a folder (one `posenc extend` wrote included), "
-              "a .gguf file or a bundled model (smollm2)")
+              "a .gguf file or a bundled model (smollm2, gemma3-270m)")
 
 
 def add_parser(sub) -> None:

@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="preset, method or composition a+b to print (e.g. alibi, "
                    "or yarn with --train-len)")
     add_train_len(p, None, help="trained context length L (required for an inference-time method, unless --model)")
-    p.add_argument("--model", default=None, metavar="MODEL", help="a Hugging Face folder, a .gguf file or smollm2: "
+    p.add_argument("--model", default=None, metavar="MODEL", help="a Hugging Face folder, a .gguf file or a bundled "
+                   "model (smollm2, gemma3-270m): "
                    "without NAME, print the model's own scheme and, for a model saved by `posenc extend`, what it was "
                    "extended with; with NAME, the trained length comes from the model")
     add_param(p, "preset parameter, repeatable (e.g. --param factor=4)")

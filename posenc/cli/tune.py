@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
                   "length and save the winner (resumable)")
     p.add_argument("model", metavar="MODEL",
                    help="the model: a Hugging Face folder, a .gguf file, a run folder of posenc train, or a bundled "
-                        "model (smollm2)")
+                        "model (smollm2, gemma3-270m)")
     p.add_argument("--length", type=int, required=True, metavar="N",
                    help="the target context length in tokens (required, no default)")
     add_out(p, "output folder (cells, results.json, report.md, the saved model): a new or empty folder, or the "

@@ -6,9 +6,12 @@ logits it needs (``logits_to_keep``: the target passage's, or the last one: a 16
 
 - the perplexity of the target passage (book haystacks: the last ``target`` tokens, scored with the whole
   context in front of them), and
-- every answer: for each query the cache is rewound to the end of the context (``cache.crop``), the question is
-  appended and the answer decoded greedily, token by token, until a line break, an end-of-sequence token or the
-  query's budget.
+- every answer: for each query the cache is rewound to the end of the context (each cache layer gets back the
+  key and value tensors it held after the prefill: :func:`snapshot`, :func:`rewind`), the question is appended and
+  the answer decoded greedily, token by token, until a line break, an end-of-sequence token or the query's budget.
+  (``cache.crop`` cannot rewind a sliding-window layer once it has dropped keys past its window, as Gemma 3's
+  local layers do after the prefill; transformers raises there. The tensors the prefill left are never changed in
+  place, an update concatenates, so handing them back is exact on every layer kind.)
 
 So a query costs a few dozen tokens of decoding against the cached context instead of a prefill of its own.
 The prefill's wall time and the process's peak resident memory during it (Linux ``VmHWM``, reset before the
@@ -30,7 +33,8 @@ import torch
 from posenc.tasks.context import Context
 from posenc.tasks.score import answer_text, score
 
-__all__ = ["cache_kwarg", "greedy_answer", "output_cache", "peak_rss_mb", "reset_peak_rss", "run_context"]
+__all__ = ["cache_kwarg", "greedy_answer", "output_cache", "peak_rss_mb", "reset_peak_rss", "rewind", "run_context",
+           "snapshot"]
 
 _STATUS = Path("/proc/self/status")
 
@@ -64,10 +68,20 @@ def output_cache(out):
     return out["cache"] if "cache" in out else out.past_key_values
 
 
-def _rewind(cache, length: int) -> None:
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)  # a negative count removes that many tokens (transformers 4.x and 5.x alike)
+_LAYER_STATE = ("keys", "values", "cumulative_length")  # what a transformers cache layer's update replaces
+
+
+def snapshot(cache) -> list[dict]:
+    """What each layer of ``cache`` holds now (its key and value tensors, and a sliding layer's token count): the
+    references, not copies (module docstring)."""
+    return [{a: getattr(layer, a) for a in _LAYER_STATE if hasattr(layer, a)} for layer in cache.layers]
+
+
+def rewind(cache, state: list[dict]) -> None:
+    """Give every layer of ``cache`` back what :func:`snapshot` saw."""
+    for layer, saved in zip(cache.layers, state, strict=True):
+        for a, v in saved.items():
+            setattr(layer, a, v)
 
 
 @torch.no_grad()
@@ -138,10 +152,11 @@ def run_context(model, tokenizer, ctx: Context, *, block: int = 64) -> dict:
             raise ValueError(f"non-finite loss on the target passage ({target['loss']}) at length {ctx.length}")
     cache = output_cache(out)
     del out
+    prefilled = snapshot(cache)
     answers, decoded = [], 0
     t = time.perf_counter()
     for q in ctx.queries:
-        _rewind(cache, ctx.length)
+        rewind(cache, prefilled)
         text, n = greedy_answer(model, tokenizer, cache, q.ids, q.max_new_tokens, lines=len(q.golds) > 1)
         decoded += n + len(q.ids)
         correct, fraction = score(text, q.golds)

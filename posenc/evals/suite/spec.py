@@ -183,7 +183,12 @@ class ModelFacts:
     """The untouched model's folder, tokenizer and shape facts, loaded once per run, and the ``device`` and
     ``dtype`` (a name: ``"float32"``, ``"bfloat16"``, ``"float16"``) every model of the run is loaded with.
     ``model_id``: the model in every cell key, named by its content, not its folder's name
-    (:func:`posenc.hf.identity.model_id`)."""
+    (:func:`posenc.hf.identity.model_id`). ``local_windows``: the sliding windows of a local/global hybrid's
+    local layers (:func:`posenc.hf.layers.local_windows`; Gemma 3: ``(512,)``); on such a model every row, the
+    untouched one included, runs on posenc's engine (``native=False``: the identity path for ``none``), whose
+    windowed kernel reads only a local layer's window where transformers attends over the whole context under a
+    mask (a 64k prefill would take hours that way). The engine equals transformers' own path to float noise
+    (``tests/hf/test_gemma3.py``), so a row's answer does not depend on the path."""
 
     folder: Path
     tokenizer: object
@@ -193,6 +198,7 @@ class ModelFacts:
     base: float
     device: str = "cpu"
     dtype: str = "float32"
+    local_windows: tuple[int, ...] = ()
 
     def load(self):
         """The untouched model in eval mode, with the run's dtype, on its device."""
@@ -207,7 +213,10 @@ class ModelFacts:
         from posenc.hf.patch import extend
         from posenc.methods import method_spec
 
-        return extend(self.load(), method_spec(method), **params)  # "none": the model as it is
+        if self.local_windows:  # a hybrid: every row on the engine (class docstring)
+            params = {"native": False, **params}
+        return extend(self.load(), method_spec(method), **params)  # "none": the model as it is (or its identity
+        # path on the engine)
 
 
 def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
@@ -217,6 +226,7 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
 
     from posenc._util import check_device, check_dtype
     from posenc.hf.identity import model_id
+    from posenc.hf.layers import local_windows
     from posenc.hf.patch import scheme_from_config, train_len_of
     from posenc.hf.saved import describe_record, saved_record
     from posenc.hf.source import load_tokenizer, source_folder
@@ -235,4 +245,4 @@ def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:
         raise ValueError(f"model {source!r} has no RoPE: the suite's methods extend RoPE models")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return ModelFacts(folder, load_tokenizer(source), model_id(source, folder, cfg.model_type), train_len_of(cfg),
-                      int(head_dim), float(rope.base), device, dtype)
+                      int(head_dim), float(rope.base), device, dtype, local_windows(cfg))
