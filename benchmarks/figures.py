@@ -5,6 +5,8 @@ draw theirs): one PNG beside each JSON under ``benchmarks/results/``, shown by i
   (``bench_attention.json``, docs/results/performance.md);
 - ``bench_real_model.png``: every method through ``posenc.hf.extend`` on SmolLM2, prefill and decode time against
   the untouched model, per length (``bench_real_model.json``, docs/results/real-model-speed.md);
+- ``bench_gemma3_speed.png``: Gemma 3 270M's prefill on transformers' path and on posenc's identity path (the local
+  layers windowed), seconds and memory per length (``bench_gemma3_speed.json``, docs/results/gemma3.md);
 - ``hf_compat.png``: the transformers RoPE families by outcome, and how far posenc's engine running plain RoPE is from
   each family's own model, in logits (``hf_compat.json``, docs/results/hf-compat.md).
 
@@ -116,7 +118,36 @@ def compat(results: Path, out: Path) -> Path:
     return save_png(fig, out / "hf_compat.png", DPI)
 
 
-FIGURES = {"bench_attention.png": attention, "bench_real_model.png": real_model, "hf_compat.png": compat}
+def gemma3_speed(results: Path, out: Path) -> Path:
+    """Gemma 3 270M's prefill per length, transformers' path against posenc's identity path (best of the repeats),
+    seconds and extra memory."""
+    from posenc._figures import new_figure, save_png
+
+    data = _load("bench_gemma3_speed.json", results)
+    lengths = sorted(data["summary"], key=int)
+    fig, (left, right) = new_figure(11.0, 3.6, 1, 2)
+    width = 0.38
+    for ax, key, label in ((left, "_s", "prefill seconds (best of the repeats)"),
+                           (right, "_extra_mb", "extra resident memory of the prefill (MB)")):
+        for j, (path, color) in enumerate((("transformers", "tab:gray"), ("posenc", "tab:blue"))):
+            xs = [i + (j - 0.5) * width for i in range(len(lengths))]
+            bars = ax.bar(xs, [data["summary"][n][path + key] for n in lengths], width, color=color,
+                          label="transformers (local layers: masked full attention)" if path == "transformers"
+                          else "posenc identity path (local layers windowed)")
+            ax.bar_label(bars, fmt="%.0f", padding=2, fontsize="small")
+        ax.set_ylim(0, 1.18 * max(data["summary"][n][p + key] for n in lengths for p in ("transformers", "posenc")))
+        ax.set_xticks(range(len(lengths)), [f"{int(n) // 1024}k" for n in lengths])
+        ax.set_xlabel("prefill length (tokens)")
+        ax.set_title(label)
+        ax.grid(alpha=0.3, axis="y")
+    left.legend(fontsize="small", loc="upper left")
+    fig.suptitle(f"{data['model']}: speedup " + ", ".join(
+        f"{data['summary'][n]['speedup']:.1f}x at {int(n) // 1024}k" for n in lengths))
+    return save_png(fig, out / "bench_gemma3_speed.png", DPI)
+
+
+FIGURES = {"bench_attention.png": attention, "bench_real_model.png": real_model, "hf_compat.png": compat,
+           "bench_gemma3_speed.png": gemma3_speed}
 
 
 def draw(results: Path | None = None, out: Path | None = None) -> list[Path]:

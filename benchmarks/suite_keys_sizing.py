@@ -1,12 +1,16 @@
 """Sizing the suite's keys per prefill: does the untouched model keep its accuracy as a noise context holds more keys?
 
-    .venv/bin/python -m benchmarks.suite_keys_sizing [--length 8192] [--ks 1,2,4,8,16] [--seeds 6,4,3,3,2]
+    .venv/bin/python -m benchmarks.suite_keys_sizing [--model smollm2] [--length 8192] [--ks 1,2,4,8,16]
+                                                     [--seeds 6,4,3,3,2]
 
-SmolLM2-135M-Instruct (``smollm2``), untouched, float32 on the CPU, at its trained length (8192): for each K one
+A model (``--model``, default SmolLM2-135M-Instruct, ``smollm2``), untouched (a local/global hybrid on posenc's
+identity path, as the suite runs it: :class:`posenc.evals.suite.spec.ModelFacts`), float32 on the CPU, at
+``--length`` (SmolLM2: its trained length, 8192): for each K one
 noise-haystack context per seed holding K labelled keys in the suite's distance bins
-(:func:`posenc.tasks.ruler.keys`, bins :func:`posenc.tasks.ruler.key_bins` of 8192), one prefill, each key asked
-from the cache rewound after it (:func:`posenc.evals.suite.prefill.run_context`, as the suite does). Written after
-every context to ``benchmarks/results/suite_keys_sizing.json`` (atomically) and resumed from it: a (K, seed)
+(:func:`posenc.tasks.ruler.keys`, bins :func:`posenc.tasks.ruler.key_bins` of the model's trained length), one
+prefill, each key asked from the cache rewound after it (:func:`posenc.evals.suite.prefill.run_context`, as the suite
+does). Written after every context to ``benchmarks/results/suite_keys_sizing.json`` (another model:
+``suite_keys_sizing_<model>.json``; atomically) and resumed from it: a (K, seed)
 already there is not run again. Per K: keys right of n with the Wilson 95% interval, and by distance bin; each
 context records the machine's 1-minute load before and after it.
 """
@@ -17,6 +21,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 from benchmarks.common import RESULTS, write_json
 
@@ -44,6 +49,7 @@ def _summary(contexts: list[dict], ks) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2", help="a bundled model name, a folder or a .gguf file")
     p.add_argument("--length", type=int, default=8192)
     p.add_argument("--ks", default="1,2,4,8,16")
     p.add_argument("--seeds", default="6,4,3,3,2", help="contexts per K (seeds 0..n-1)")
@@ -61,12 +67,13 @@ def main(argv=None) -> int:
     from posenc.tasks.haystack import make_haystack
     from posenc.tasks.ruler import bin_of, key_bins
 
-    path = RESULTS / f"{NAME}.json"
+    name = NAME if args.model == "smollm2" else f"{NAME}_{Path(args.model).stem}"
+    path = RESULTS / f"{name}.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     contexts = [c for c in old.get("contexts", []) if c["length"] == args.length]
-    m = load_facts("smollm2")
+    m = load_facts(args.model)
     bins = key_bins(m.train_len)
-    model = m.load()
+    model = m.fresh("none", {})
     hay = make_haystack("noise", m.tokenizer)
     t_all = time.perf_counter()
     for k, n_seeds in zip(ks, seeds):
@@ -84,7 +91,7 @@ def main(argv=None) -> int:
                              "prefill_s": round(v["prefill_s"], 2), "loadavg": [load, os.getloadavg()[0]]})
             print(f"K={k} seed {seed}: {sum(a['correct'] for a in answers)}/{k} right, prefill "
                   f"{v['prefill_s']:.0f} s, load {load:.1f}", flush=True)
-            write_json(NAME, {"model": "smollm2", "model_id": m.model_id, "train_len": m.train_len,
+            write_json(name, {"model": args.model, "model_id": m.model_id, "train_len": m.train_len,
                               "length": args.length, "bins": bins, "threads": torch.get_num_threads(),
                               "by_k": _summary(contexts, ks), "contexts": contexts})
     print(f"done in {time.perf_counter() - t_all:.0f} s")
