@@ -110,9 +110,7 @@ def _joined(pieces: list[Path], out: Path, want: str) -> Path:
     """``out``, the concatenation of ``pieces`` with SHA-256 ``want``: reused when its stamp
     (``.<name>.sha256``: size, mtime, digest) still describes it, else joined into a temp file beside it,
     checked, and moved into place (module docstring). ``ValueError`` when the joined bytes do not match."""
-    import os
-
-    from posenc.runtime.atomic import fsync_dir, named_os_error
+    from posenc.runtime.atomic import atomic_write_chunks, atomic_write_text
 
     stamp = out.with_name(f".{out.name}.sha256")
 
@@ -122,30 +120,22 @@ def _joined(pieces: list[Path], out: Path, want: str) -> Path:
 
     if out.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == describe(out):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for piece in pieces:
-                with open(piece, "rb") as src:
-                    for block in iter(lambda: src.read(1 << 22), b""):
-                        h.update(block)
-                        f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
+
+    def blocks():
+        for piece in pieces:
+            with open(piece, "rb") as src:
+                for block in iter(lambda: src.read(1 << 22), b""):
+                    h.update(block)
+                    yield block
+
+    def verify():
         if h.hexdigest() != want:
             raise ValueError(f"the pieces {', '.join(p.name for p in pieces)} join to SHA-256 {h.hexdigest()[:16]}..., "
                              f"not the {want[:16]}... their package ships: a damaged install; reinstall them")
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise named_os_error(exc, out) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    from posenc.runtime.atomic import atomic_write_text
 
+    atomic_write_chunks(out, blocks(), verify)
     atomic_write_text(stamp, describe(out) + "\n")
-    fsync_dir(out.parent)
     return out
 
 

@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "fsync_dir", "named_os_error",
+__all__ = ["atomic_write_bytes", "atomic_write_chunks", "atomic_write_json", "atomic_write_text", "fsync_dir", "named_os_error",
            "remove_stale_temps", "write_temp"]
 
 
@@ -86,6 +86,36 @@ def atomic_write_bytes(path, data: bytes) -> Path:
         if isinstance(exc, OSError):
             raise named_os_error(exc, path) from None
         raise
+    return path
+
+
+def atomic_write_chunks(path, chunks, verify=None) -> Path:
+    """Write the byte blocks of ``chunks`` (an iterable: a file too large to hold in memory) to a temp file beside
+    ``path``, fsync, call ``verify()`` (when given: whatever it raises leaves ``path`` as it was), then
+    ``os.replace``. The temp file never outlives a failure; the ``OSError`` names ``path``. Returns ``path``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise named_os_error(exc, path) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for block in chunks:
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if verify is not None:
+            verify()
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise named_os_error(exc, path) from None
+        raise
+    fsync_dir(path.parent)
     return path
 
 
