@@ -137,12 +137,14 @@ def _offsets(needles, needle_ids, n_before: int, room: int) -> list[float]:
 
 
 def build_context(tokenizer, haystack: Haystack, length: int, generators, seed: int = 0,
-                  target: int = 0, chat: bool = False, options: dict | None = None) -> Context:
+                  target: int = 0, chat: bool = False, options: dict | None = None, reach: int | None = None
+                  ) -> Context:
     """The context of ``length`` tokens holding the needles of ``generators`` (names in
     :data:`posenc.tasks.ruler.GENERATORS`) in ``haystack``, ending with ``target`` scored tokens (book only).
     ``chat``: the context is the user message of the tokenizer's chat template, and each query closes it and
     opens the assistant's turn before the answer prefix (:func:`chat_frame`). ``options``: keyword parameters per
-    generator name (``{"passkey": {"depth": 0.5}}``)."""
+    generator name (``{"passkey": {"depth": 0.5}}``). ``reach``: a book haystack's longest context
+    (:meth:`Haystack.window`)."""
     generators = tuple(generators)
     unknown = [g for g in generators if g not in GENERATORS]
     if unknown or not generators:
@@ -169,7 +171,7 @@ def build_context(tokenizer, haystack: Haystack, length: int, generators, seed: 
     if n_before < 16 * len(needles):
         raise ValueError(f"length {length} is too short for {len(needles)} needles and a {target}-token target "
                          f"({n_before} haystack tokens left)")
-    before, borders, passage = haystack.window(n_before, target, seed)
+    before, borders, passage = haystack.window(n_before, target, seed, reach)
     where = _offsets(needles, needle_ids, n_before, length - len(header))
     # needles in order of depth (a chain's links keep their order: their depths increase, borders are monotone)
     order = sorted(range(len(needles)), key=lambda i: (where[i], i))

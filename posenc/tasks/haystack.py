@@ -51,20 +51,24 @@ class Haystack:
     def n_tokens(self) -> int:
         return sum(len(p) for p in self.pieces)
 
-    def window(self, n_before: int, target: int, seed: int) -> tuple[list[int], list[int], list[int]]:
+    def window(self, n_before: int, target: int, seed: int, reach: int | None = None
+               ) -> tuple[list[int], list[int], list[int]]:
         """``(before, borders, passage)``: the ``target`` tokens of seed ``seed``'s passage and the ``n_before``
         tokens of text right before it, with ``borders`` the offsets in ``before`` where a piece starts (where a
-        needle may go). The passage does not depend on ``n_before``."""
+        needle may go). The passage does not depend on ``n_before``. ``reach``: the longest context served, where
+        seed 0's passage starts (default :data:`MAX_CONTEXT`; a longer one, for a model read at 128k, moves every
+        passage further into the text, so its passages are others than the default's)."""
+        reach = MAX_CONTEXT if reach is None else int(reach)
         if n_before < 0 or target < 0:
             raise ValueError(f"n_before and target must be >= 0, got {n_before}, {target}")
         if self.cyclic:
             if target:
                 raise ValueError(f"haystack {self.name!r} has no target passage (target must be 0)")
             return self._cycle(n_before, seed)
-        if n_before + target > MAX_CONTEXT + SEED_STRIDE:
-            raise ValueError(f"haystack {self.name!r} serves contexts up to {MAX_CONTEXT} tokens, asked for "
-                             f"{n_before + target}")
-        start = MAX_CONTEXT + seed * SEED_STRIDE  # first token of the passage, in the concatenated text
+        if n_before + target > reach + SEED_STRIDE:
+            raise ValueError(f"haystack {self.name!r} serves contexts up to {reach} tokens, asked for "
+                             f"{n_before + target} (a context's reach sets a longer one)")
+        start = reach + seed * SEED_STRIDE  # first token of the passage, in the concatenated text
         flat, starts = self._flat()
         if start + target > len(flat):
             raise ValueError(f"haystack {self.name!r} has {len(flat)} tokens: seed {seed} needs "

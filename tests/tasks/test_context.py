@@ -23,6 +23,19 @@ def test_same_needles_and_target_tokens_at_every_length(tok, hay):
     assert hay["book"].n_tokens > MAX_CONTEXT + 4 * 8192
 
 
+def test_a_longer_reach_moves_every_passage_past_it_and_serves_longer_contexts(tok, hay):
+    """``reach``: seed 0's passage starts that many tokens into the book, the same at every length; a context
+    longer than the default 64k fits before it, and the passages are others than the default's."""
+    reach = MAX_CONTEXT + 3 * 8192
+    a = _ctx(tok, hay, "book", ("niah",), 128, length=2048, seed=1, reach=reach)
+    b = _ctx(tok, hay, "book", ("niah",), 128, length=MAX_CONTEXT + 9000, seed=1, reach=reach)
+    assert a.ids[-128:] == b.ids[-128:] and b.length == MAX_CONTEXT + 9000
+    assert a.ids[-128:] == _ctx(tok, hay, "book", ("niah",), 128, length=2048, seed=4).ids[-128:]  # 3 strides on
+    assert a.ids[-128:] != _ctx(tok, hay, "book", ("niah",), 128, length=2048, seed=1).ids[-128:]
+    with pytest.raises(ValueError, match=f"serves contexts up to {reach} tokens"):
+        _ctx(tok, hay, "book", ("niah",), 128, length=reach + 9000, reach=reach)
+
+
 def test_bad_requests_are_refused(tok, hay):
     with pytest.raises(ValueError, match="too short"):
         _ctx(tok, hay, "noise", ("mv", "vt", "cwe"), 0, length=300)

@@ -68,7 +68,8 @@ def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: 
 
 def _fits(preset: SuitePreset, m: ModelFacts) -> None:
     """``ValueError`` in one line when a context of ``preset`` cannot be built at a length it runs at (a model
-    trained too short for the suite's needles): checked on each context's shortest length before any cell runs."""
+    trained too short for the suite's needles, or a length past a book haystack's reach): checked on each context's
+    shortest and longest length before any cell runs."""
     from posenc.evals.suite.runner import haystack_of
     from posenc.tasks.context import build_context
 
@@ -76,12 +77,14 @@ def _fits(preset: SuitePreset, m: ModelFacts) -> None:
         used = [n for n in sorted(preset.lengths) if spec.used_at(n)]
         if not used:
             continue
-        try:
-            build_context(m.tokenizer, haystack_of(spec.haystack, m.tokenizer), used[0], spec.generators,
-                          spec.first_seed, spec.target, preset.chat, spec.options)
-        except ValueError as exc:
-            raise ValueError(f"model trained at {m.train_len} tokens: the context {spec.name} does not fit its "
-                             f"length {used[0]} ({exc}); give longer lengths (--lengths)") from None
+        for n in dict.fromkeys((used[0], used[-1])):
+            try:
+                build_context(m.tokenizer, haystack_of(spec.haystack, m.tokenizer), n, spec.generators,
+                              spec.first_seed, spec.target, preset.chat, spec.options, spec.reach)
+            except ValueError as exc:
+                hint = "give longer lengths (--lengths)" if n == used[0] else "give shorter lengths (--lengths)"
+                raise ValueError(f"model trained at {m.train_len} tokens: the context {spec.name} does not fit its "
+                                 f"length {n} ({exc}); {hint}") from None
 
 
 def reference_rate(store, m: ModelFacts, preset: SuitePreset) -> dict:

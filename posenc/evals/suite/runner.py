@@ -55,7 +55,8 @@ def new_run() -> None:
 
 def _one(store, key: dict, model, m, spec, seed: int, length: int, chat: bool) -> dict:
     haystack = haystack_of(spec.haystack, m.tokenizer)
-    ctx = build_context(m.tokenizer, haystack, length, spec.generators, seed, spec.target, chat, spec.options)
+    ctx = build_context(m.tokenizer, haystack, length, spec.generators, seed, spec.target, chat, spec.options,
+                        spec.reach)
     ctx.check(m.tokenizer)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t = time.perf_counter()

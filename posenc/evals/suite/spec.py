@@ -24,7 +24,9 @@ class ContextSpec:
     :meth:`SuitePreset.sized`); ``min_length``/``max_length``: used only from / up to this length (None:
     every length; neither is part of a cell's key); ``options``: keyword parameters per generator
     (``{"niah": {"n_keys": 4}}``; the ``keys`` generator's ``bins``, when left out, are the model's
-    :func:`posenc.tasks.ruler.key_bins`, filled in by :meth:`SuitePreset.sized`)."""
+    :func:`posenc.tasks.ruler.key_bins`, filled in by :meth:`SuitePreset.sized`); ``reach``: a book haystack's
+    longest context (:meth:`posenc.tasks.haystack.Haystack.window`; None: the default, 64k; set, it is part of
+    the cell key: its passages are others)."""
 
     haystack: str
     generators: tuple[str, ...]
@@ -34,6 +36,7 @@ class ContextSpec:
     options: dict = field(default_factory=dict)
     first_seed: int = 0
     min_length: int | None = None
+    reach: int | None = None
 
     def used_at(self, length: int) -> bool:
         """Whether this context is part of a cell grid at ``length``."""
@@ -169,7 +172,8 @@ def cell_key(model_id: str, method: str, params: dict, length: int, spec: Contex
     the model ran with (:func:`runs_on`)."""
     return {"suite": SUITE_VERSION, "model": model_id, "method": method, "params": params, "length": length,
             "haystack": spec.haystack, "generators": list(spec.generators), "target": spec.target, "seed": seed,
-            "chat": chat, **({"options": spec.options} if spec.options else {}), **runs_on(device, dtype)}
+            "chat": chat, **({"options": spec.options} if spec.options else {}),
+            **({"reach": spec.reach} if spec.reach is not None else {}), **runs_on(device, dtype)}
 
 
 def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
@@ -210,13 +214,17 @@ class ModelFacts:
 
     def fresh(self, method: str, params: dict):
         """A fresh copy of the model (:meth:`load`) extended with row ``method`` (a label)."""
+        return self.extended(self.load(), method, params)
+
+    def extended(self, model, method: str, params: dict):
+        """``model`` (this model, loaded) extended in place with row ``method`` (a label) and ``params``; on a
+        hybrid every row, ``none`` included, on posenc's engine (class docstring)."""
         from posenc.hf.patch import extend
         from posenc.methods import method_spec
 
-        if self.local_windows:  # a hybrid: every row on the engine (class docstring)
+        if self.local_windows:
             params = {"native": False, **params}
-        return extend(self.load(), method_spec(method), **params)  # "none": the model as it is (or its identity
-        # path on the engine)
+        return extend(model, method_spec(method), **params)  # "none": the model as it is (or its identity path)
 
 
 def load_facts(source, device="cpu", dtype="auto") -> ModelFacts:

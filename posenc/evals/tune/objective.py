@@ -141,7 +141,7 @@ class TuneObjective:
     def evaluate(self, method: str, params: dict) -> dict:
         """The candidate's :func:`candidate_record`, every missing cell computed (one prefill each) and stored."""
         from posenc.evals.suite.prefill import run_context
-        from posenc.hf.patch import extend, unextend
+        from posenc.hf.patch import unextend
 
         cells = []
         model = None
@@ -151,7 +151,7 @@ class TuneObjective:
                 v = self.store.get(k)
                 if v is None:
                     if model is None:
-                        model = extend(self._loaded(), method, **params)
+                        model = self.facts.extended(self._loaded(), method, params)  # a hybrid: on the engine
                     r = run_context(model, self.facts.tokenizer, self._context(*c))
                     t = r["target"]
                     v = {"loss": t["loss"] if t else None, "block_losses": t["block_losses"] if t else None,

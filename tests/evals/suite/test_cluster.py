@@ -77,7 +77,7 @@ def test_refusals_name_the_flag(tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "o")
     assert main(["bench", "--preset", "quick", "--out", out, "--ray"]) == 2
     err = capsys.readouterr().err
-    assert "--ray is for the real-model presets (model, smollm2" in err and "--jobs" in err
+    assert "--ray is for the real-model presets (gemma3, model, smollm2" in err and "--jobs" in err
     assert len(err.splitlines()) == 1
     assert main(["bench", "--preset", "smollm2", "--out", out, "--ray", "--report-only"]) == 2
     assert "--ray runs cells and --report-only runs none" in capsys.readouterr().err

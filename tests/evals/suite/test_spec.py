@@ -81,3 +81,13 @@ def test_a_fixed_preset_keeps_its_lengths_and_a_bad_target_is_refused():
                                                                                              target="M/16"),))
     with pytest.raises(ValueError, match="'L/<d>'"):
         bad.sized(1024)
+
+
+def test_a_contexts_reach_is_in_its_cell_key_only_when_set():
+    """A book context with a longer reach holds other passages: its cells never answer for the default's, and
+    every cell computed before reach existed keeps its key."""
+    from posenc.evals.suite.spec import ContextSpec, cell_key
+
+    plain, far = ContextSpec("book", ("niah",), target=64), ContextSpec("book", ("niah",), target=64, reach=131072)
+    a, b = (cell_key("m:llama", "none", {}, 4096, spec, 0, False) for spec in (plain, far))
+    assert "reach" not in a and b == {**a, "reach": 131072}
