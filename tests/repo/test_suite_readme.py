@@ -13,13 +13,14 @@ from posenc.evals.report.suite import README_MARKS, readme_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PAGE = (ROOT / "docs" / "results" / "smollm2.md").read_text(encoding="utf-8")
+PAGES = {name: (ROOT / "docs" / "results" / name).read_text(encoding="utf-8") for name in ("smollm2.md", "gemma3.md")}
 
-RUNS = sorted(set(re.findall(r"<!-- suite:([\w-]+):begin -->", PAGE)))
+RUNS = sorted((page, run) for page, text in PAGES.items()
+              for run in set(re.findall(r"<!-- suite:([\w-]+):begin -->", text)))
 
 
 def test_the_results_page_holds_the_short_real_model_run():
-    assert "suite-smollm2" in RUNS
+    assert ("smollm2.md", "suite-smollm2") in RUNS
 
 
 def _marked(text: str, marks: tuple[str, str], name: str) -> str:
@@ -31,9 +32,9 @@ def _results(name: str) -> dict:
     return json.loads((ROOT / "benchmarks" / "results" / name / "results.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("name", RUNS)
-def test_readme_tables_equal_the_committed_results(name):
-    assert _marked(PAGE, README_MARKS, name) == readme_block(_results(name), name)
+@pytest.mark.parametrize("page,name", RUNS)
+def test_readme_tables_equal_the_committed_results(page, name):
+    assert _marked(PAGES[page], README_MARKS, name) == readme_block(_results(name), name)
 
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
