@@ -18,8 +18,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_chunks", "atomic_write_json", "atomic_write_text", "fsync_dir", "named_os_error",
-           "remove_stale_temps", "write_temp"]
+__all__ = ["atomic_write_bytes", "atomic_write_chunks", "atomic_write_json", "atomic_write_text", "fsync_dir",
+           "named_os_error", "remove_stale_temps", "write_temp"]
 
 
 def named_os_error(exc: OSError, path: Path) -> OSError:
