@@ -124,7 +124,6 @@ def test_cached_generation_equals_uncached_on_the_global_layers(gemma, method, p
     try:
         cached = model.generate(x, max_new_tokens=12, do_sample=False, use_cache=True)
         uncached = model.generate(x, max_new_tokens=12, do_sample=False, use_cache=False)
-        plain = None
     finally:
         unextend(model)
     plain = model.generate(x, max_new_tokens=12, do_sample=False)
