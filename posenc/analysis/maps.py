@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PositionMap", "method_scheme", "position_map"]
+__all__ = ["PositionMap", "method_scheme", "position_map", "read_positions"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def method_scheme(spec: str, train_len: int, length: int, params: dict | None = 
     return PositionScheme.preset(preset, **kw).extend(spec, **resolved), resolved
 
 
-def _relative(parts, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
+def read_positions(parts, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:
     """Per pair, ``(q_rot(qp) - k_rot(kp)) * freq_scale`` of the branch whose region holds it (the later branch wins
     where regions overlap, as in ``posenc.engine.scores.scores_tile``)."""
     rel = None
@@ -112,7 +112,7 @@ def position_map(spec: str, train_len: int, length: int, params: dict | None = N
         call = make_call(parts.double(), q, k, k)
         chosen = content_mask(call, call.q, call.q_pos)
         visible &= chosen[0, 0].expand(length, length)
-    relative = _relative(parts, qp, kp).masked_fill(~visible, float("nan"))
+    relative = read_positions(parts, qp, kp).masked_fill(~visible, float("nan"))
     inv = default = None
     if layer.rope is not None:
         inv = parts.frequencies(length if parts.dynamic else None).inv_freq.double()

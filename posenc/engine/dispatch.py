@@ -397,10 +397,7 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
     parts, q_pos = call.parts, call.q_pos
     ells = parts.schedule_lengths(q_pos, call.k_pos)
     if ells is None:
-        freqs = parts.frequencies(None) if parts.rope is not None else None
-        attn_scale = freqs.attention_scale if freqs is not None else 1.0
-        q_scale = query_scale(parts, q_pos, attn_scale, call.q.dtype, scale, call.k_pos)
-        return backend.run(call.scheduled(freqs, q_scale))
+        return backend.run(scheduled(call, None, scale))
 
     # dynamic schedule: queries grouped by the length their schedule sees (one group per step of the schedule).
     # Under a causal mask with keys at their indices, a group of queries up to position p reads keys 0..p only:
@@ -409,9 +406,7 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
     out = None
     causal_run = call.q_run if parts.mask.causal else None
     for ell in torch.unique(ells).tolist():
-        freqs = parts.frequencies(int(ell))
-        q_scale = query_scale(parts, q_pos, freqs.attention_scale, call.q.dtype, scale, call.k_pos)
-        group = call.scheduled(freqs, q_scale)
+        group = scheduled(call, int(ell), scale)
         sel = ells == ell  # [B,Nq]
         if bool((sel == sel[:1]).all()):  # same queries in every row: compute only those
             idx = sel[0].nonzero().flatten()
@@ -427,6 +422,43 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
         else:
             o = backend.run(group)
             out = o if out is None else torch.where(sel[:, None, :, None], o, out)
+    return out
+
+
+def scheduled(call: AttentionCall, length: int | None, scale: float | None = None) -> AttentionCall:
+    """The call with the frequencies its schedule has at ``length`` (None: a static schedule's) and the query scale
+    they give filled in."""
+    parts = call.parts
+    freqs = parts.frequencies(length) if parts.rope is not None else None
+    attn_scale = freqs.attention_scale if freqs is not None else 1.0
+    return call.scheduled(freqs, query_scale(parts, call.q_pos, attn_scale, call.q.dtype, scale, call.k_pos))
+
+
+def attention_weights(call: AttentionCall, scale: float | None = None, queries=None) -> torch.Tensor:
+    """The weights ``[B,H,nq,Nk]`` the call's queries at indices ``queries`` (the same in every row; default: every
+    query) give each of its keys, as ``reference`` computes them (every branch, bias, mask, content choice and
+    learned sink), each query under the schedule its own length sees; float32 (float64 for float64 inputs). For
+    diagnostics (:mod:`posenc.analysis.attention`): it materialises ``nq x Nk`` scores per head."""
+    from posenc.engine.scores import content_mask, scores_tile, weights
+
+    call = replace(call, key_store=None).expanded()
+    idx = torch.arange(call.Nq, device=call.q.device)
+    if queries is not None:
+        idx = idx[torch.as_tensor(queries, dtype=torch.long, device=call.q.device).flatten()]
+    ells = call.parts.schedule_lengths(call.q_pos, call.k_pos)
+    ells = None if ells is None else ells.index_select(1, idx)
+    out = None
+    for ell in [None] if ells is None else torch.unique(ells).tolist():
+        sub = scheduled(call, None if ell is None else int(ell), scale).select_queries(idx)
+        allowed = sub.parts.allowed(sub.q_pos[:, None, :, None], sub.k_pos[:, None, None, :])
+        if sub.key_mask is not None:
+            allowed = allowed & sub.key_mask[:, None, None, :]
+        chosen = content_mask(sub, sub.q, sub.q_pos)
+        if chosen is not None:
+            allowed = allowed & chosen
+        w = weights(sub.parts, scores_tile(sub), allowed, sub.q, sub.k, sub.q_pos, sub.k_pos, sub.q_scale,
+                    sub.sink_logits)
+        out = w if out is None else torch.where((ells == ell)[:, None, :, None], w, out)
     return out
 
 

@@ -110,13 +110,10 @@ def scores_tile(call: AttentionCall) -> torch.Tensor:
     return scores if gate is None else scores + gate.to(scores.dtype)
 
 
-def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scale, sink_logits=None):
-    """Content-relative terms, mask, softmax (in fp32), values: ``softmax(s + rel, masked) @ v + rel_v``.
-    A row with no visible key gives 0 (the softmax's NaN row is zeroed).
-
-    ``sink_logits [H]`` (learned attention sinks, GPT-OSS's ``s_aux``): one more logit per head in every
-    softmax denominator, a virtual key of value 0 that no mask hides,
-    ``p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink_h))``; a row with no visible key gives 0 here too."""
+def weights(parts: AttentionParts, scores, allowed, q, k, q_pos, k_pos, q_scale, sink_logits=None) -> torch.Tensor:
+    """The attention weights ``[B,H,Nq,Nk]`` (float32, float64 for float64 inputs) of a score tile: content-relative
+    logits, mask, softmax (with ``sink_logits``' virtual keys in the denominator, :func:`finish`); a row with no
+    visible key is all 0."""
     if parts.relative is not None:
         scores = parts.relative.logits(scores, allowed, q, k, q_pos, k_pos, q_scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
@@ -128,7 +125,17 @@ def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scal
         probs = torch.softmax(scores.to(wide), dim=-1)
     if not bool(allowed.any(dim=-1).all()):
         probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key (and a -inf sink) -> 0 output
-    probs = probs.to(v.dtype)
+    return probs
+
+
+def finish(parts: AttentionParts, scores, allowed, v, q, k, q_pos, k_pos, q_scale, sink_logits=None):
+    """Content-relative terms, mask, softmax (in fp32), values: ``softmax(s + rel, masked) @ v + rel_v``.
+    A row with no visible key gives 0 (the softmax's NaN row is zeroed).
+
+    ``sink_logits [H]`` (learned attention sinks, GPT-OSS's ``s_aux``): one more logit per head in every
+    softmax denominator, a virtual key of value 0 that no mask hides,
+    ``p_j = exp(s_j) / (sum_i exp(s_i) + exp(sink_h))``; a row with no visible key gives 0 here too."""
+    probs = weights(parts, scores, allowed, q, k, q_pos, k_pos, q_scale, sink_logits).to(v.dtype)
     out = probs @ v
     if parts.relative is not None:
         extra = parts.relative.values(probs, q_pos, k_pos)

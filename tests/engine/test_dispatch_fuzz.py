@@ -228,3 +228,38 @@ def test_infini_memory_paths_equal_reference(segment, n, heads, delta, rope, see
             out = m(x, impl=impl)
             assert torch.isfinite(out).all(), impl
             assert relative_error(out, ref) <= TOL[torch.float32], (impl, relative_error(out, ref))
+
+
+@example(case=_pinned("rope", 1, 90, [0, 0], H=6, Hk=3, train_len=16, method=("selfextend", {"window": 8, "group": 4})),
+         pick=0)
+@example(case=_pinned("rope", 40, 90, [0, 5], H=4, Hk=2, train_len=16, method=("dynamic_ntk", {"step": 8})), pick=3)
+@example(case=_pinned("rope", 30, 30, [0], train_len=8, sinks=True, method=("retrieval", {})), pick=5)
+@settings(max_examples=examples(ci=12, fuzz=1000))
+@given(case=cases(), pick=st.integers(0, 2 ** 16))
+def test_attention_weights_times_the_values_give_the_reference_output(case, pick):
+    """``dispatch.attention_weights`` (the diagnostics' weights: posenc.analysis.attention) are the weights the
+    reference applies: weighted values (plus a relative scheme's value terms) equal its output, for every query
+    or a drawn subset of them, each under its own dynamic schedule; a row sums to 1 (less with learned sinks, 0
+    where the query sees no key)."""
+    from posenc.engine.dispatch import attention_weights
+
+    if case.dtype != torch.float32:
+        case = Case(case.drawn, case.q.shape[0], case.q.shape[1], case.k.shape[1], case.q.shape[3], case.q.shape[2],
+                    case.k.shape[2], [0] * case.q.shape[0], torch.float32, pick)
+    Nq = case.q.shape[2]
+    chosen = sorted({(pick * (i + 1)) % Nq for i in range(1 + pick % 3)}) if pick % 2 else None
+    idx = torch.arange(Nq) if chosen is None else torch.tensor(chosen)
+    with torch.no_grad():
+        call = case.call()
+        w = attention_weights(call, queries=chosen)
+        expected = case.run("reference").index_select(2, idx)
+        v = call.expanded().v
+        out = w @ v
+        if case.parts.relative is not None:
+            extra = case.parts.relative.values(w, call.q_pos.index_select(1, idx), call.k_pos)
+            out = out if extra is None else out + extra
+    assert w.shape == (case.q.shape[0], case.q.shape[1], len(idx), case.k.shape[2])
+    assert relative_error(out, expected) <= TOL[torch.float32], relative_error(out, expected)
+    sums = w.sum(-1)
+    assert bool(((sums - 1).abs() < 1e-5).logical_or(sums < 1e-6).all()) or case.sink_logits is not None
+    assert bool((sums <= 1 + 1e-5).all())
