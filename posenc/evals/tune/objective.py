@@ -3,8 +3,9 @@
 For each candidate (a method and its parameters) the model is extended (:func:`posenc.hf.patch.extend`) and every
 tune context, built by the suite (:func:`posenc.tasks.context.build_context`, fixed seeds), is prefilled once
 (:func:`posenc.evals.suite.prefill.run_context`). A context is ``(haystack, generators, seed)``: a ``book`` haystack
-(Gutenberg test-split prose) ends with a ``target``-token scored passage, a ``noise`` haystack (Landmark's
-repeated filler, the pass-key setting small models solve) has none. Together they give
+(Gutenberg test-split prose) or a ``book_heldout`` one (other books: the train split) ends with a ``target``-token
+scored passage, a ``noise`` haystack (Landmark's repeated filler, the pass-key setting small models solve) has none.
+Together they give
 
 - ``loss``: the mean next-token loss (nats) of the target passages of the book contexts, the same tokens for every
   candidate, with a 95% t interval over those contexts (over the 64-token blocks of the one passage where there
@@ -15,9 +16,12 @@ The score (lower is better) is ``loss + weight x (1 - retrieval)`` (``weight`` n
 default 1.0, about the loss gap between a working extension and a broken one on SmolLM2), so retrieval decides
 between candidates that differ in it, and perplexity among those that retrieve alike (LongRoPE searches on
 perplexity, arXiv:2402.13753; LongRoPE2 on needle-driven perplexity, arXiv:2502.20082). The default contexts are a
-book pass key (the loss) and a noise pass key (retrieval): at 16k, SmolLM2-135M answers the noise pass key
-under SelfExtend and YaRN and not untouched, while it misses book-haystack needles under every method (the
-committed suite cells), so a book needle alone would add a constant, not a signal.
+book pass key (the loss) and a noise pass key (retrieval), **held out from the suite's**: the book one reads other
+books than any suite context (``book_heldout``), so it shares no haystack window and no target passage with one,
+and the noise one takes seed :data:`HELD_OUT_SEED`, which no suite preset draws (their seeds start at 0), so its
+key and depth are others; a tune's recommendation can then be checked on the suite's keys. At 16k, SmolLM2-135M
+answers the noise pass key under SelfExtend and YaRN and not untouched, while it misses book-haystack needles under
+every method (the committed suite cells), so a book needle alone would add a constant, not a signal.
 
 Each (candidate, context) result is a cell of a :class:`posenc.runtime.cells.CellStore` keyed by everything it depends
 on (model, method, parameters, length, context, seed, objective version), so an interrupted tune resumes without
@@ -31,14 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posenc.evals.stats.intervals import mean_interval, wilson
+from posenc.tasks.haystack import HAYSTACKS, SCORED
 
-__all__ = ["DEFAULT_CONTEXTS", "TUNE_VERSION", "TuneObjective", "candidate_record", "cell_is_whole", "context_triples"]
+__all__ = ["DEFAULT_CONTEXTS", "HELD_OUT_SEED", "TUNE_VERSION", "TuneObjective", "candidate_record", "cell_is_whole",
+           "context_triples"]
 
 TUNE_VERSION = 2
 """Bumped when a cell's value changes meaning (2: haystacks per context, the target's block losses kept)."""
 
-DEFAULT_CONTEXTS = (("book", "passkey", 0), ("noise", "passkey", 0))
-HAYSTACKS = ("book", "noise")
+HELD_OUT_SEED = 1000
+"""The seed of the default noise context: suite presets draw seeds from 0 up, far below it."""
+DEFAULT_CONTEXTS = (("book_heldout", "passkey", 0), ("noise", "passkey", HELD_OUT_SEED))
 
 
 def context_triples(contexts) -> tuple[tuple[str, str, int], ...]:
@@ -55,8 +62,9 @@ def context_triples(contexts) -> tuple[tuple[str, str, int], ...]:
         out.append((c[0], c[1], int(c[2])))
     if not out:
         raise ValueError("contexts must hold at least one (haystack, generators, seed) context")
-    if not any(h == "book" for h, _, _ in out):
-        raise ValueError("contexts need a book context: its target passage is the loss (noise haystacks have none)")
+    if not any(h in SCORED for h, _, _ in out):
+        raise ValueError(f"contexts need a book context ({' or '.join(sorted(SCORED))}): its target passage is the "
+                         f"loss (noise haystacks have none)")
     return tuple(dict.fromkeys(out))
 
 
@@ -119,7 +127,7 @@ class TuneObjective:
             if haystack not in self._hay:
                 self._hay[haystack] = make_haystack(haystack, self.facts.tokenizer)
             ctx = build_context(self.facts.tokenizer, self._hay[haystack], self.length, tuple(generators.split("+")),
-                                seed, self.target if haystack == "book" else 0)
+                                seed, self.target if haystack in SCORED else 0)
             ctx.check(self.facts.tokenizer)
             self._built[key] = ctx
         return self._built[key]
@@ -131,7 +139,7 @@ class TuneObjective:
 
         return {"tune": TUNE_VERSION, "model": self.facts.model_id, "method": method, "params": params,
                 "length": self.length, "haystack": haystack, "generators": generators, "seed": seed,
-                "target": self.target if haystack == "book" else 0, **runs_on(self.device, self.dtype)}
+                "target": self.target if haystack in SCORED else 0, **runs_on(self.device, self.dtype)}
 
     def pending(self, method: str, params: dict) -> int:
         """How many prefills evaluating this candidate still needs (0: every cell is stored)."""

@@ -16,7 +16,8 @@ def test_contexts_take_a_haystack_and_need_a_book_one():
 
     assert context_triples([("passkey", 0), ("noise", "passkey", 1)]) == (("book", "passkey", 0),
                                                                           ("noise", "passkey", 1))
-    assert DEFAULT_CONTEXTS == (("book", "passkey", 0), ("noise", "passkey", 0))
+    assert DEFAULT_CONTEXTS == (("book_heldout", "passkey", 0), ("noise", "passkey", 1000))
+    assert context_triples([("book_heldout", "niah", 2)]) == (("book_heldout", "niah", 2),)
     with pytest.raises(ValueError, match="need a book context"):
         context_triples([("noise", "passkey", 0)])
     with pytest.raises(ValueError, match="haystack one of"):
@@ -43,9 +44,10 @@ def test_a_noise_context_adds_retrieval_and_no_loss(tiny, tmp_path):  # noqa: F8
     assert len(book["block_losses"]) == 2 and row["loss"] == pytest.approx(book["loss"])
     assert row["loss_over"] == "blocks" and row["loss_lo"] < row["loss"] < row["loss_hi"]
     assert row["queries"] == 2 and row["contexts"] == 2 and obj.forwards == 2
-    two = TuneObjective(str(tiny), N, tmp_path / "cells", contexts=(("passkey", 0), ("passkey", 1)), target=128)
+    two = TuneObjective(str(tiny), N, tmp_path / "cells", contexts=(("book_heldout", "passkey", 0), ("passkey", 1)),
+                        target=128)
     r2 = two.evaluate("yarn", {"factor": 2.0})
-    assert two.forwards == 1  # the book pass key 0 cell is shared with the first objective
+    assert two.forwards == 1  # the held-out book pass key 0 cell is shared with the first objective
     assert r2["loss_over"] == "contexts" and r2["loss_lo"] is not None
 
 
