@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PositionMap", "method_scheme", "position_map", "read_positions"]
+__all__ = ["PositionMap", "identity_at", "method_scheme", "position_map", "probe_positions", "read_positions"]
 
 
 @dataclass(frozen=True)
@@ -63,17 +63,72 @@ def method_scheme(spec: str, train_len: int, length: int, params: dict | None = 
     """``(scheme, params)``: method ``spec`` (``"a+b"`` composes; a trained-in method or preset name too) applied to
     its record's base preset trained at ``train_len``, with the parameters it reads ``length`` tokens with
     (:func:`posenc.methods.length_defaults`) overridden by ``params``."""
-    from posenc.methods import TRAINED_METHODS, length_defaults, parse_methods
+    from posenc.methods import TRAINED_METHODS, length_defaults
     from posenc.scheme.core import TRAINED, PositionScheme
 
     params = dict(params or {})
     if spec in TRAINED or spec in TRAINED_METHODS:  # a trained-in scheme: its own preset, nothing applied on top
         return PositionScheme.preset(spec, train_len=train_len, **params), params
-    methods = parse_methods(spec)
     resolved = {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base), **params}
-    preset = methods[0].base_preset
-    kw = {"train_len": train_len, **({"base": base} if preset == "rope" else {})}
-    return PositionScheme.preset(preset, **kw).extend(spec, **resolved), resolved
+    return _base_scheme(spec, train_len, base).extend(spec, **resolved), resolved
+
+
+def _base_scheme(spec: str, train_len: int, base: float):
+    """The trained scheme method ``spec`` applies to: its record's ``base_preset`` trained at ``train_len``."""
+    from posenc.methods import parse_methods
+    from posenc.scheme.core import PositionScheme
+
+    preset = parse_methods(spec)[0].base_preset
+    return PositionScheme.preset(preset, train_len=train_len, **({"base": base} if preset == "rope" else {}))
+
+
+def probe_positions(length: int) -> torch.Tensor:
+    """Positions in ``[0, length)`` that probe every distance scale: 0-3, the last four, 33 evenly spaced, and the
+    last position minus each power of two and its neighbours (window, chunk and exact-range edges are round)."""
+    last = length - 1
+    pos = {0, 1, 2, 3, *range(max(0, last - 3), length)}
+    pos |= {round(i * last / 32) for i in range(33)}
+    p = 1
+    while p <= last:
+        pos |= {last - p - 1, last - p, last - p + 1}
+        p *= 2
+    return torch.tensor(sorted(x for x in pos if 0 <= x <= last))
+
+
+def identity_at(spec: str, train_len: int, length: int, params: dict | None = None, *, head_dim: int = 64,
+                base: float = 10000.0, seed: int = 0) -> bool:
+    """Whether method ``spec`` with ``params`` reads a ``length``-token causal sequence exactly as the untouched
+    trained scheme does: its attention weights equal the untouched scheme's (float64, to 1e-9) for random queries
+    and keys at :func:`probe_positions`, every query against every key, under the schedule at each query's length
+    (so a window no pair reaches, a remap whose exact range holds every pair, a scaling factor of 1 and a dynamic
+    schedule below its threshold are the identity, and anything that binds on a pair of the probe is not).
+
+    Conservative: False for a scheme with per-layer patterns or a remap that chooses keys by content (a probe of a
+    few keys would not reach their budgets), and for parameters the scheme does not take (runtime options of the
+    Hugging Face path such as a tuned factor file)."""
+    from posenc.engine import AttentionParts, make_call
+    from posenc.engine.dispatch import attention_weights
+    from posenc.methods import is_identity
+
+    if is_identity(spec):
+        return True
+    try:
+        scheme, _ = method_scheme(spec, train_len, length, params, head_dim=head_dim, base=base)
+        plain = _base_scheme(spec, train_len, base)
+    except (ValueError, TypeError, KeyError):
+        return False
+    if scheme.layers is not None:
+        return False
+    parts, ref = (AttentionParts(s, 2, head_dim).double().eval() for s in (scheme, plain))
+    if parts.remap.reads_content:
+        return False
+    pos = probe_positions(length)[None]
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, pos.shape[1], head_dim, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(1, 1, pos.shape[1], head_dim, generator=gen, dtype=torch.float64) for _ in range(2))
+    with torch.no_grad():
+        got, want = (attention_weights(make_call(p, q, k, v, pos, pos)) for p in (parts, ref))
+    return bool(torch.allclose(got, want, rtol=0.0, atol=1e-9))
 
 
 def read_positions(parts, qp: torch.Tensor, kp: torch.Tensor) -> torch.Tensor:

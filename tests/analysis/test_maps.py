@@ -64,3 +64,44 @@ def test_trained_in_schemes_and_parameters():
         position_map("yarn", L, N, {"bogus": 1})
     with pytest.raises(ValueError, match="unknown"):
         position_map("yran", L, N)
+
+
+@pytest.mark.parametrize(("spec", "params", "length", "same"), [
+    ("yarn", {"factor": 1.0}, 64, True),
+    ("yarn", {"factor": 2.0}, 64, False),
+    ("pi", {"factor": 1.0}, 64, True),
+    ("ntk", {"factor": 1.5}, 64, False),
+    ("dynamic_ntk", {}, 64, True),  # a dynamic schedule below its threshold (the trained length)
+    ("dynamic_ntk", {}, 65, False),  # one past it
+    ("rerope", {"window": 20}, 21, True),  # the farthest pair, 20 back, is read at its own distance 20
+    ("rerope", {"window": 20}, 22, False),  # 21 back is read at 20
+    ("selfextend", {"window": 16, "group": 4}, 17, True),
+    ("selfextend", {"window": 16, "group": 4}, 18, False),
+    ("streaming_llm", {"window": 30}, 34, True),  # 4 sinks + a window of 30: the first key hidden is at 35 tokens
+    ("streaming_llm", {"window": 30}, 35, False),
+    ("dca", {"chunk": 24, "local": 4}, 25, True),  # (24, 0) is read at 24 (position_map: every pair at its distance)
+    ("dca", {"chunk": 24, "local": 4}, 26, False),  # (25, 0) is not
+    ("retrieval", {}, 16, False),  # chooses keys by content: never judged from a probe
+    ("resonance", {}, 16, False),  # rounds every wavelength
+])
+def test_identity_at_is_the_identity_exactly_where_no_pair_is_changed(spec, params, length, same):
+    """``identity_at`` on both sides of each method's edge (trained length 64): it says the identity exactly where
+    the scheme reads every pair of the length as the untouched one does, as the full position map says (every
+    visible pair at its own distance, none hidden, the same frequencies)."""
+    from posenc.analysis.maps import identity_at
+
+    assert identity_at(spec, 64, length, params, head_dim=16) is same
+    if spec in ("retrieval", "resonance"):
+        return
+    pm = position_map(spec, 64, length, params, head_dim=16)
+    d = torch.arange(length)[:, None] - torch.arange(length)[None]
+    exact = bool(torch.equal(pm.visible, d >= 0)) and bool((pm.relative[pm.visible] == d[pm.visible]).all())
+    exact &= bool(torch.allclose(pm.inv_freq, pm.default_inv_freq)) if pm.inv_freq is not None else True
+    assert exact is same
+
+
+def test_identity_at_refuses_what_the_scheme_does_not_take():
+    from posenc.analysis.maps import identity_at
+
+    assert identity_at("yarn", 64, 64, {"tuned": "longrope_16k"}, head_dim=16) is False
+    assert identity_at("none", 64, 4096) is True

@@ -255,7 +255,9 @@ def _summary(results: dict) -> list[str]:
         lines.append(f"Not finished: this report was written before the run ended ({results['meta']['cells']} cells "
                      f"finished, {sum(missing.values())} not run yet: " + ", ".join(sorted(missing)) + "); rows at "
                      "those lengths hold the cells finished so far (n says how many answers).")
-    return lines
+    from posenc.evals.report.suite_answer import identity_lines
+
+    return lines + identity_lines(results["meta"])
 
 
 def _sections(results: dict) -> list[tuple[str, Table | str]]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from posenc._figures import new_figure, save_png
 from posenc.methods import is_identity
 
-__all__ = ["LOAD_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "length_rows", "plot_accuracy",
-           "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
+__all__ = ["LOAD_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "identity_lines", "length_rows",
+           "plot_accuracy", "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
 
 LOAD_BAND = 1.0
 """Two cells' prefill times are compared only when the machine's load at their starts differs by at most this."""
@@ -83,7 +83,18 @@ def first_screen(results: dict) -> list[str]:
     if missing:
         lines.append(f"Not finished: {sum(missing.values())} cells not run yet (" + ", ".join(sorted(missing))
                      + "); the rows hold the cells finished so far.")
+    lines += identity_lines(meta)
     return lines
+
+
+def identity_lines(meta: dict) -> list[str]:
+    """The line naming the rows whose parameters are the identity at a length (``meta["same_as_untouched"]``)."""
+    same = meta.get("same_as_untouched") or []
+    if not same:
+        return []
+    return ["Identity at its length, so sharing the untouched model's cells there: " + ", ".join(
+        f"{r.rpartition('@')[0]} at {_k(int(r.rpartition('@')[2]))}" for r in same) + " (its parameters read "
+        "every pair as the untouched model does)."]
 
 
 def verdict_rows(results: dict) -> list[tuple[str, str, str]]:

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from posenc.runtime.cells import cell_digest
+
 __all__ = ["CRASH_ONCE_ENV", "MAX_RETRIES", "require_ray", "run_cells_ray", "waves"]
 
 MAX_RETRIES = 3
@@ -95,6 +97,7 @@ def run_cells_ray(preset, m, store, *, log: Callable[[str], None], pruned, addre
         for n in sorted(preset.lengths):
             for rows in waves(preset, n):
                 jobs = [job for method in rows for job in _pending(preset, m, store, method, n, pruned, skipped, log)]
+                jobs = list({cell_digest(job[0]): job for job in jobs}.values())  # rows that share cells: once
                 refs = {task.remote(ref_m, folder, key, method, params, n, spec, s, preset.chat, threads):
                         (method, n, spec, s) for key, method, params, spec, s in jobs}
                 _collect(ray, refs, log, stats)
@@ -145,12 +148,12 @@ def _check_fits(ray, need: dict, *, strict: bool, log: Callable[[str], None]) ->
 def _pending(preset, m, store, method: str, n: int, pruned, skipped: dict, log) -> list[tuple]:
     """The unfinished cells ``(key, method, params, context, seed)`` of ``method`` at ``n``; none when the pair is
     left out (its reason is added to ``skipped`` and logged), as :func:`posenc.evals.suite.runner.run_cells` decides."""
-    from posenc.evals.suite.spec import cell_key, method_params
+    from posenc.evals.suite.spec import cell_key, cell_row
 
-    params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
-    keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype), spec, s)
+    row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
+    keys = [(cell_key(m.model_id, row, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype), spec, s)
             for spec in preset.contexts if spec.used_at(n) for s in spec.seed_range]
-    pending = [(k, method, params, spec, s) for k, spec, s in keys if store.get(k) is None]
+    pending = [(k, row, params, spec, s) for k, spec, s in keys if store.get(k) is None]
     why = pruned(store, m, preset, method, n) if pending else None
     if why:
         skipped[f"{method}@{n}"] = why

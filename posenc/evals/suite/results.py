@@ -48,15 +48,15 @@ def _interval(k: int, n: int) -> dict:
 
 
 def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
-    from posenc.evals.suite.spec import cell_key, method_params
+    from posenc.evals.suite.spec import cell_key, cell_row
 
-    params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
+    row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
     out = []
     for spec in preset.contexts:
         if not spec.used_at(n):
             continue
         for s in spec.seed_range:
-            v = store.get(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device,
+            v = store.get(cell_key(m.model_id, row, params, n, spec, s, preset.chat, device=m.device,
                                    dtype=m.dtype))
             if v is not None:
                 out.append((spec, s, v))
@@ -301,6 +301,15 @@ def _judged(preset, m, records: list[dict], effective: dict, reference: dict, re
     return {"verdicts": verdicts}
 
 
+def same_as_untouched(preset, m) -> list[str]:
+    """``method@length`` of the rows whose parameters are the identity at that length
+    (:func:`posenc.evals.suite.spec.cell_row`): they share the untouched model's cells there."""
+    from posenc.evals.suite.spec import cell_row
+
+    return [f"{method}@{n}" for method in preset.methods[1:] for n in sorted(preset.lengths)
+            if cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)[0] != method]
+
+
 def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, run_seconds: float,
                   missing: dict[str, int] | None = None) -> dict:
     """Aggregate, then write ``results.json`` and the report into ``out`` (atomically). Returns the results.
@@ -308,21 +317,28 @@ def write_results(preset, m, store, out: Path, *, skipped: dict, machine: dict, 
     ``missing``: ``{"method@length": unfinished cells}`` of a report written before the run finished
     (``meta["complete"]`` is False while any is left)."""
     from posenc.evals.report.suite import write_report
+    from posenc.evals.suite.spec import cell_row
     from posenc.hf.source import describe_source
     from posenc.runtime.atomic import atomic_write_bytes
 
     # a bundled name as it is; a path by its folder or file name (the model id is a digest, for cell keys)
     name = preset.model if isinstance(preset.model, str) and "/" not in preset.model else Path(str(preset.model)).name
     body = aggregate(preset, m, store, skipped=skipped, name=name, missing=missing)
-    cells = [v for method in preset.methods for n in sorted(preset.lengths)
-             for _, _, v in _cells_of(store, m, preset, method, n)]  # this preset's (a shared store holds others)
+    cells, seen = [], set()  # this preset's (a shared store holds others), a cell shared by two rows once
+    for method in preset.methods:
+        for n in sorted(preset.lengths):
+            row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
+            if (tag := (row, json.dumps(params, sort_keys=True, default=str), n)) not in seen:
+                seen.add(tag)
+                cells += [v for _, _, v in _cells_of(store, m, preset, method, n)]
     total = sum(v.get("seconds", 0.0) for v in cells)
     meta = {"kind": "suite", "preset": preset.name, "description": preset.description,
             "model": describe_source(preset.model),
             "model_id": m.model_id, "train_len": m.train_len, "device": m.device, "dtype": m.dtype,
             "config": preset.to_dict(), "machine": machine,
             "left_out": skipped, "missing": dict(missing or {}), "complete": not missing, "cells": len(cells),
-            "cell_seconds_total": round(total, 1), "this_sitting_seconds": round(run_seconds, 1)}
+            "cell_seconds_total": round(total, 1), "this_sitting_seconds": round(run_seconds, 1),
+            "same_as_untouched": same_as_untouched(preset, m)}
     results = {"meta": meta, **body}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "results.json", json.dumps(results, indent=1, default=str).encode())

@@ -85,7 +85,7 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
     (``{"method@length": cells}``), for a report of a run that is not finished."""
     from tqdm import tqdm
 
-    from posenc.evals.suite.spec import cell_key, method_params, plan
+    from posenc.evals.suite.spec import cell_key, cell_row, plan
 
     cells = plan(preset)
     bar = tqdm(total=sum(_weight(n) for n, *_ in cells), disable=not progress, unit="cost",
@@ -98,8 +98,8 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
         for n, method, spec, seed in cells:
             by_pair.setdefault((n, method), []).append((spec, seed))
         for (n, method), todo in by_pair.items():
-            params = method_params(method, m.train_len, n, m.head_dim, m.base, preset.params)
-            keys = [(cell_key(m.model_id, method, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype),
+            row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
+            keys = [(cell_key(m.model_id, row, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype),
                      spec, s) for spec, s in todo]
             pending = [(k, spec, s) for k, spec, s in keys if store.get(k) is None]
             why = pruned(store, m, preset, method, n) if pending else None
@@ -109,7 +109,7 @@ def run_cells(preset, m, store, *, progress: bool, log: Callable[[str], None], p
             if why:
                 skipped[f"{method}@{n}"] = why
                 emit(f"{method} at {n}: left out ({why})")
-            model = m.fresh(method, params) if pending and not why else None
+            model = m.fresh(row, params) if pending and not why else None
             for k, spec, s in keys:
                 done += 1
                 bar.set_postfix_str(f"cell {done}/{len(cells)}: {method} @ {n} {spec.name} seed {s}")

@@ -7,10 +7,11 @@ of a preset (:func:`plan`), and the facts about the model a run needs (:class:`M
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["ContextSpec", "ModelFacts", "SUITE_VERSION", "SuitePreset", "cell_key", "load_facts", "method_params",
-           "plan", "runs_on"]
+__all__ = ["ContextSpec", "ModelFacts", "SUITE_VERSION", "SuitePreset", "cell_key", "cell_row", "load_facts",
+           "method_params", "plan", "runs_on"]
 
 SUITE_VERSION = 1
 """Bumped when anything that changes a cell's result changes (tasks, layout, scoring): part of every cell key."""
@@ -153,6 +154,36 @@ def method_params(method: str, train_len: int, length: int, head_dim: int, base:
     if is_identity(spec):
         return {}
     return {**length_defaults(spec, train_len, length, head_dim=head_dim, base=base, hf=True), **fixed.get(method, {})}
+
+
+def cell_row(method: str, train_len: int, length: int, head_dim: int, base: float, fixed: dict) -> tuple[str, dict]:
+    """``(method, params)`` row ``method``'s cells at ``length`` are keyed and run with: its own label and
+    :func:`method_params`, or ``("none", {})`` where those parameters read the length exactly as the untouched model
+    does (:func:`posenc.analysis.maps.identity_at`: a scaling factor of 1, a window or exact range no pair reaches;
+    at and below the trained length most rows): such a row shares the untouched model's cells there, computed once,
+    instead of recomputing the same answers."""
+    params = method_params(method, train_len, length, head_dim, base, fixed)
+    return ("none", {}) if _same_as_untouched(method, train_len, length, head_dim, base, _frozen(params)) else (
+        method, params)
+
+
+def _frozen(params: dict) -> str:
+    import json
+
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+@lru_cache(maxsize=1024)
+def _same_as_untouched(method: str, train_len: int, length: int, head_dim: int, base: float, params: str) -> bool:
+    import json
+
+    from posenc.analysis.maps import identity_at
+    from posenc.methods import is_identity, method_spec
+
+    spec = method_spec(method)
+    if is_identity(spec):
+        return False  # the untouched row itself: its own cells
+    return identity_at(spec, train_len, length, json.loads(params), head_dim=head_dim, base=base)
 
 
 def runs_on(device="cpu", dtype: str = "float32") -> dict:

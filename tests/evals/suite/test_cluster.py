@@ -141,10 +141,11 @@ def ray_cluster(tmp_path_factory):
 @pytest.mark.slow
 def test_a_ray_run_equals_the_sequential_one_and_reads_the_cells_already_finished(tiny, sequential, ray_cluster,
                                                                                   tmp_path):
-    """ReRoPE's 4 cells are in the folder before the run: the Ray run computes the other 8 (those 4 files are not
-    rewritten), and its results.json equals the sequential run's but for timing and machine fields (records,
-    retrieval by depth, effective lengths, left-out pairs: SelfExtend runs at 2048 only because the untouched
-    model's cells there were finished before its pruning was decided)."""
+    """ReRoPE's 4 cells are in the folder before the run: the Ray run computes the other 6 (those 4 files are not
+    rewritten; SelfExtend at L = 1024 is the identity and shares the untouched model's 2 cells, computed once), and
+    its results.json equals the sequential run's but for timing and machine fields (records, retrieval by depth,
+    effective lengths, left-out pairs: SelfExtend runs at 2048 only because the untouched model's cells there were
+    finished before its pruning was decided)."""
     kept = CellStore(tmp_path / "cells")
     for key, value in CellStore(sequential / "cells").items():
         if key["method"] == "rerope+logn":
@@ -154,11 +155,11 @@ def test_a_ray_run_equals_the_sequential_one_and_reads_the_cells_already_finishe
     lines = []
     res = run_suite(_preset(tiny), tmp_path, progress=False, log=lines.append, dispatch="ray")
     ray_meta = res["meta"]["machine"]["ray"]
-    assert ray_meta["computed"] == 8 and ray_meta["task"] == {"num_cpus": 1} and ray_meta["cpus"] == 2
-    assert len(lines) == 8 and not any(line.startswith("rerope+logn @") for line in lines)
+    assert ray_meta["computed"] == 6 and ray_meta["task"] == {"num_cpus": 1} and ray_meta["cpus"] == 2
+    assert len(lines) == 6 and not any(line.startswith("rerope+logn @") for line in lines)
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in kept.folder.iterdir() if p.name in before} \
         == before
-    assert len(kept) == 12 and res["meta"]["cells"] == 12 and res["meta"]["left_out"] == {}
+    assert len(kept) == 10 and res["meta"]["cells"] == 10 and res["meta"]["left_out"] == {}
     assert _comparable(tmp_path) == _comparable(sequential)
 
 
@@ -177,15 +178,15 @@ def test_a_killed_workers_cell_is_recomputed_once(tiny, sequential, ray_cluster,
         assert main(["bench", "--preset", "tiny_cluster", "--out", str(tmp_path), "--ray", "--quiet"]) == 0
     finally:
         (ray_cluster / f"{digest}.crash").unlink()
-    assert f"report: {tmp_path}/report.md (12 cells)" in capsys.readouterr().out
+    assert f"report: {tmp_path}/report.md (10 cells)" in capsys.readouterr().out  # SelfExtend at L: shared
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["meta"]["left_out"] == {}
     attempts = sorted(p.name.rsplit("-", 1)[1] for p in ray_cluster.glob(f"{digest}.attempt-*"))
     assert len(attempts) == 2 and attempts[0] != attempts[1]  # killed once, recomputed once, by another process
-    assert res["meta"]["machine"]["ray"]["computed"] == 12
+    assert res["meta"]["machine"]["ray"]["computed"] == 10
     assert sorted(p.name for p in (tmp_path / "cells").iterdir()).count(f"{digest}.json") == 1
     files = [p.name for p in (tmp_path / "cells").iterdir() if p.name != ".posenc.lock"]  # the run locks its cells
-    assert len(files) == 12  # one file per cell, no temp file left
+    assert len(files) == 10  # one file per cell, no temp file left
     assert _comparable(tmp_path) == _comparable(sequential)
 
 

@@ -43,7 +43,12 @@ def test_results_report_and_schema(tiny, tmp_path):
                  "depth_heatmaps.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk["meta"]["cells"] == 12 == len(CellStore(tmp_path / "cells"))
+    # SelfExtend at L = 1024 (group 1) reads every pair as the untouched model does: it shares those 2 cells, its record
+    # there is the untouched model's and the report says so; 12 (row, length, context) cells, 10 computed
+    assert on_disk["meta"]["cells"] == 10 == len(CellStore(tmp_path / "cells"))
+    assert on_disk["meta"]["same_as_untouched"] == ["selfextend@1024"]
+    assert "Identity at its length, so sharing the untouched model's cells there: selfextend at 1k" in (
+        tmp_path / "report.md").read_text()
     recs = on_disk["records"]
     assert [(r["method"], r["eval_len"]) for r in recs] == [(m, n) for m in ("none", "selfextend", "rerope+logn")
                                                            for n in (1024, 2048)]
@@ -56,6 +61,10 @@ def test_results_report_and_schema(tiny, tmp_path):
     # per-length parameters: SelfExtend groups positions only where the length needs it
     se = {r["eval_len"]: r["params"] for r in recs if r["method"] == "selfextend"}
     assert se[1024]["group"] == 1 and se[2048]["group"] == 4 and se[2048]["window"] == L // 2
+    by = {(r["method"], r["eval_len"]): r for r in recs}
+    for field in ("retrieval", "ppl", "tasks"):
+        assert by[("selfextend", 1024)][field] == by[("none", 1024)][field]
+    assert by[("rerope+logn", 1024)]["params"]["window"] < 1024  # binds at L: its own cells
     assert set(res["effective"]) == {"none", "selfextend", "rerope+logn"}
     assert res["reference"]["length"] == 1024 and res["reference"]["threshold"] == pytest.approx(
         0.85 * res["reference"]["retrieval"])
@@ -85,7 +94,7 @@ def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, m
     counted = []
     monkeypatch.setattr(cells, "run_context", lambda *a, **kw: counted.append(1) or real(*a, **kw))
     resumed = run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
-    assert len(counted) == 8  # only the eight unfinished cells ran
+    assert len(counted) == 6  # only the six unfinished cells ran (of 10: SelfExtend at L shares the untouched cells)
     clean = run_suite(_preset(tiny), tmp_path / "b", progress=False, log=lambda m: None)
     strip = [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
              for r in resumed["records"]]
@@ -123,13 +132,14 @@ def test_a_report_of_an_unfinished_run_says_what_is_not_run_yet(tiny, tmp_path, 
     monkeypatch.setattr(cells, "run_context", lambda *a, **kw: pytest.fail("report_only ran a cell"))
     res = run_suite(preset, tmp_path, progress=False, log=lambda m: None, report_only=True)
     assert res["meta"]["complete"] is False and res["meta"]["cells"] == 4 and res["meta"]["left_out"] == {}
-    assert res["meta"]["missing"] == {"rerope+logn@1024": 2, "none@2048": 2, "selfextend@2048": 2,
-                                      "rerope+logn@2048": 2}
-    assert [(r["method"], r["eval_len"]) for r in res["records"]] == [("none", 1024), ("selfextend", 1024)]
-    assert res["effective"]["rerope+logn"]["unfinished"] == [1024, 2048]
+    # the 4 finished: the untouched model's 2 at L (SelfExtend's there too: the identity) and ReRoPE's 2 at L
+    assert res["meta"]["missing"] == {"none@2048": 2, "selfextend@2048": 2, "rerope+logn@2048": 2}
+    assert [(r["method"], r["eval_len"]) for r in res["records"]] == [("none", 1024), ("selfextend", 1024),
+                                                                     ("rerope+logn", 1024)]
+    assert res["effective"]["rerope+logn"]["unfinished"] == [2048]
     assert not res["effective"]["none"]["complete"]
     md = (tmp_path / "report.md").read_text()
-    assert "Not finished: this report was written before the run ended (4 cells finished, 8 not run yet" in md
+    assert "Not finished: this report was written before the run ended (4 cells finished, 6 not run yet" in md
     assert json.loads((tmp_path / "results.json").read_text())["meta"]["missing"] == res["meta"]["missing"]
     monkeypatch.setattr(cells, "run_context", real)
     done = run_suite(preset, tmp_path, progress=False, log=lambda m: None)
@@ -166,9 +176,11 @@ def test_a_preset_sharing_another_runs_cells_reads_them_and_counts_only_its_own(
     monkeypatch.setattr(cells, "run_context", lambda *a, **kw: counted.append(1) or real(*a, **kw))
     small = _preset(tiny, name="small", methods=("none", "selfextend", "yarn"))
     res = run_suite(small, tmp_path / "small", cells_dir=big / "cells", progress=False, log=lambda m: None)
-    assert len(counted) == 4  # yarn at 2 lengths x 2 contexts; none and selfextend were read
-    assert len(CellStore(big / "cells")) == before + 4 and not (tmp_path / "small" / "cells").exists()
-    assert res["meta"]["cells"] == 12  # its own 3 rows x 2 lengths x 2 contexts, not the 16 in the folder
+    # yarn at 2048 x 2 contexts; none and selfextend were read, and yarn at L (factor 1) is the untouched model's cells
+    assert len(counted) == 2
+    assert len(CellStore(big / "cells")) == before + 2 and not (tmp_path / "small" / "cells").exists()
+    # its own 3 rows x 2 lengths x 2 contexts less the shared ones (SelfExtend and YaRN at L), not the 12 in the folder
+    assert res["meta"]["cells"] == 8
     assert [r["method"] for r in res["records"]] == ["none", "none", "selfextend", "selfextend", "yarn", "yarn"]
     alone = run_suite(small, tmp_path / "alone", progress=False, log=lambda m: None)
     keep = ("method", "eval_len", "ppl", "retrieval", "params")
@@ -275,7 +287,8 @@ def test_a_resume_removes_the_temp_files_of_killed_writers(tiny, tmp_path, monke
     assert len(list((tmp_path / "cells").glob(".*.json.*.tmp"))) == 1
     counted = _counting(monkeypatch)
     run_suite(_preset(tiny), tmp_path, progress=False, log=lambda m: None)
-    assert len(counted) == 8 and len(CellStore(tmp_path / "cells")) == 12
+    # 10 cells: at L = 1024 SelfExtend's parameters are the identity, so it shares the untouched model's 2 cells
+    assert len(counted) == 6 and len(CellStore(tmp_path / "cells")) == 10
     assert list((tmp_path / "cells").glob(".*.tmp")) == []
 
 
@@ -355,7 +368,7 @@ def test_report_only_reads_a_read_only_cells_folder(tiny, tmp_path):
                         f"{sys.executable} -c '{_READ_ONLY}' {tiny} {cells} {tmp_path / 'report'}"],
                        capture_output=True, text=True, timeout=600, cwd=str(_repo_root()))
     assert r.returncode == 0 and "writable" not in r.stdout, r.stderr[-3000:]
-    assert r.stdout.split()[-1] == "12" and (tmp_path / "report" / "report.md").exists()
+    assert r.stdout.split()[-1] == "10" and (tmp_path / "report" / "report.md").exists()  # SelfExtend at L: shared
     assert not (cells / ".posenc.lock").exists() and not (cells / "probe").exists()
 
 
@@ -423,7 +436,7 @@ def test_a_signal_stops_the_suite_with_one_line_naming_the_cells_folder(tiny, tm
     assert len(kept) == 2 and len(list(cells.glob("*.json"))) == 2 and list(cells.glob(".*.tmp")) == []
     counted = _counting(monkeypatch)
     run_suite(_preset(tiny), out, cells_dir=cells, progress=False, log=lambda m: None)
-    assert len(counted) == 10 and len(CellStore(cells)) == 12
+    assert len(counted) == 8 and len(CellStore(cells)) == 10  # SelfExtend at L shares the untouched model's cells
 
 
 def _trained_at(root, length):
