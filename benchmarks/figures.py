@@ -146,8 +146,44 @@ def gemma3_speed(results: Path, out: Path) -> Path:
     return save_png(fig, out / "bench_gemma3_speed.png", DPI)
 
 
+def near_key_attention(results: Path, out: Path) -> Path:
+    """The near-key diagnostic: keys found by distance back per row (Wilson 95%), and per question where the
+    retrieval heads' weight goes: on the answer's tokens against on the first tokens (filled: found, hollow: lost)."""
+    from posenc._figures import new_figure, save_png
+
+    data = _load("near_key_attention.json", results)
+    rows = list(data["summary"]["rows"])
+    heads = [tuple(h) for h in data["summary"]["retrieval_heads"]]
+    colors = dict(zip(rows, ("black", "tab:gray", "tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple",
+                             "tab:brown", "tab:pink", "tab:olive")))
+    fig, (left, right) = new_figure(12.0, 4.8, 1, 2)
+    for j, row in enumerate(rows):
+        bins = data["summary"]["rows"][row]["bins"]
+        xs = [(b["lo"] * b["hi"]) ** 0.5 * (1 + 0.04 * (j - len(rows) / 2)) for b in bins]
+        ys = [b["value"] for b in bins]
+        err = [[y - b["lo95"] for y, b in zip(ys, bins)], [b["hi95"] - y for y, b in zip(ys, bins)]]
+        left.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=colors[row], label=row)
+    left.set_xscale("log")
+    left.set_xlabel("tokens from the key to the question")
+    left.set_ylabel("keys found (Wilson 95%)")
+    left.set_ylim(-0.05, 1.05)
+    left.grid(alpha=0.3)
+    left.legend(fontsize="x-small", ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    for q in data["questions"]:
+        ans = sum(q["mass"]["answer"][layer][h] for layer, h in heads) / len(heads)
+        start = sum(q["mass"]["start"][layer][h] for layer, h in heads) / len(heads)
+        right.scatter(start, ans, s=28, color=colors[q["row"]], facecolors=colors[q["row"]] if q["correct"] else "none")
+    right.set_xlabel("weight on the first 4 tokens (attention sink)")
+    right.set_ylabel("weight on the key's digits")
+    right.set_title("retrieval heads " + ", ".join(f"L{layer}H{h}" for layer, h in heads) + " (mean)",
+                    fontsize="medium")
+    right.grid(alpha=0.3)
+    fig.suptitle(f"{data['model']}: where the answer's first token looks (filled: key found, hollow: lost)")
+    return save_png(fig, out / "near_key_attention.png", DPI)
+
+
 FIGURES = {"bench_attention.png": attention, "bench_real_model.png": real_model, "hf_compat.png": compat,
-           "bench_gemma3_speed.png": gemma3_speed}
+           "bench_gemma3_speed.png": gemma3_speed, "near_key_attention.png": near_key_attention}
 
 
 def draw(results: Path | None = None, out: Path | None = None) -> list[Path]:

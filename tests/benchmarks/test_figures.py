@@ -12,7 +12,8 @@ def test_committed_figures_are_current():
 
 
 def test_check_names_a_stale_figure(tmp_path, monkeypatch, capsys):
-    for name in ("bench_attention.json", "bench_real_model.json", "hf_compat.json", "bench_gemma3_speed.json"):
+    for name in ("bench_attention.json", "bench_real_model.json", "hf_compat.json", "bench_gemma3_speed.json",
+                 "near_key_attention.json"):
         shutil.copy(figures.RESULTS / name, tmp_path / name)
     monkeypatch.setattr(figures, "RESULTS", tmp_path)
     assert figures.main(["--check"]) == 1  # none drawn yet
