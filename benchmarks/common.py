@@ -109,6 +109,15 @@ def measure_peak(fn) -> dict:
             "seconds": dt}
 
 
+def seed_range(text: str, example: str = "0-7") -> list[int]:
+    """``--seeds``: a seed or an inclusive range ``lo-hi``; ``SystemExit`` naming the flag otherwise."""
+    lo, _, hi = text.partition("-")
+    try:
+        return list(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SystemExit(f"--seeds takes a seed or a range such as {example}, got {text!r}") from None
+
+
 def write_json(name: str, payload: dict, out_dir: Path | str | None = None) -> Path:
     out = Path(out_dir) if out_dir is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ import json
 import os
 import time
 
-from benchmarks.common import RESULTS, machine_info
+from benchmarks.common import RESULTS, machine_info, seed_range
 
 NAME = "near_key_attention"
 DEFAULT_ROWS = "none@4096,none@8192,rerope@16384,dca@16384,selfextend@16384,yarn@16384"
@@ -38,14 +38,6 @@ def _ints(text: str, flag: str) -> list[int]:
         return [int(x) for x in text.split(",") if x]
     except ValueError:
         raise SystemExit(f"{flag} takes comma-separated integers, got {text!r}") from None
-
-
-def _seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    try:
-        return list(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise SystemExit(f"--seeds takes a seed or a range such as 100-101, got {text!r}") from None
 
 
 def _rows(text: str) -> list[tuple[str, str, int]]:
@@ -154,7 +146,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="smollm2")
     p.add_argument("--name", default=NAME, help="the results file's name under benchmarks/results (a trial: another)")
     args = p.parse_args(argv)
-    rows, distances, seeds = _rows(args.rows), _ints(args.distances, "--distances"), _seeds(args.seeds)
+    rows, distances, seeds = _rows(args.rows), _ints(args.distances, "--distances"), seed_range(args.seeds, "100-101")
     try:
         fixed = json.loads(args.params)
     except ValueError:

@@ -22,20 +22,12 @@ import math
 import os
 import time
 
-from benchmarks.common import RESULTS, write_json
+from benchmarks.common import RESULTS, seed_range, write_json
 
 NAME = "string_at_trained_length"
 FACTOR = 0.1 * math.log(2.0) + 1.0  # string_for_llama.py: cos and sin of q and k times this
 ROWS = {"none": ("none", {}), "string": ("string", {}),
         "string@original_factor": ("string", {"attention_factor": FACTOR})}
-
-
-def _seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    try:
-        return list(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise SystemExit(f"--seeds takes a seed or a range such as 0-7, got {text!r}") from None
 
 
 def summary(contexts: list[dict]) -> dict:
@@ -57,7 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0-7")
     p.add_argument("--length", type=int, default=8192)
     args = p.parse_args(argv)
-    seeds = _seeds(args.seeds)
+    seeds = seed_range(args.seeds)
 
     from posenc.evals.suite.prefill import run_context
     from posenc.evals.suite.spec import load_facts, method_params
