@@ -245,11 +245,18 @@ def summarize(samples: dict, base: list) -> dict:
 
 
 def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: bool, log,
-                 synthetic: bool = False) -> dict:
+                 synthetic: bool = False, progress=None) -> dict:
     """Interleaved repeats at ``n`` tokens after one unrecorded warm-up run: per repeat the baseline, then every
-    row (in an order rotated by the repeat, so no row always runs last)."""
+    row (in an order rotated by the repeat, so no row always runs last). ``progress``: called with the length's
+    result so far after every measurement (a whole-model run at 32k takes over an hour: a stopped run keeps
+    what it measured)."""
     base_runs: list = []
     samples: dict = {row[0]: [] for row in rows}
+
+    def so_far() -> dict:
+        return {"tokens": n, "repeats": repeats, "untouched": base_runs, "runs": samples,
+                "summary": summarize(samples, base_runs)}
+
     run_one(model, None, n, min(decode, 2), synthetic=synthetic)  # unrecorded: one-time allocations paid here,
     #                                                               not in the first recorded peak (the baseline's)
     for rep in range(repeats):
@@ -262,8 +269,9 @@ def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: 
             res = run_one(model, row, n, decode, decode_only, synthetic)
             samples[row[0]].append(res)
             log(f"  {n} rep {rep} {row[0]}: {res['prefill_s'] or 0:.2f}s, {res['decode_tok_s'] or 0:.1f} tok/s")
-    return {"tokens": n, "repeats": repeats, "untouched": base_runs, "runs": samples,
-            "summary": summarize(samples, base_runs)}
+            if progress is not None:
+                progress(so_far())
+    return so_far()
 
 
 def _native(method: str, kw: dict) -> bool:
@@ -300,7 +308,13 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
     t0 = time.perf_counter()
     for n_tok, reps in zip(lengths, repeats):
         log(f"[real-model] {n_tok} tokens, {reps} repeat(s), {n_layers} layer(s), load {os.getloadavg()[0]:.1f}")
-        res = bench_length(model, n_tok, reps, rows, decode, exact_prefill, log, synthetic)
+
+        def progress(part, n_tok=n_tok):
+            out["lengths"][str(n_tok)] = part
+            save(_finish(out, t0))
+
+        res = bench_length(model, n_tok, reps, rows, decode, exact_prefill, log, synthetic,
+                           progress if save is not None else None)
         if not synthetic:
             best = min(r["prefill_s"] for r in res["untouched"])
             res["untouched_gflops"] = forward_flops(cfg, n_tok, n_layers) / best / 1e9
