@@ -31,6 +31,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("performance.md", "1020"): "the benchmark's configuration: StreamingLLM with 4 sinks + a 1020-token window",
     ("README.md", "1.25"): "the summary table's rule for 'keeps perplexity' (posenc.evals.report.suite.KEEPS_PPL)",
     ("which-method.md", "1.25"): "the same rule, stated with the verdicts (posenc.evals.report.choose)",
+    ("which-method.md", "85.6%"): "RULER's fixed threshold (Llama-2-7B's score at 4k), cited beside the suite's rule",
     ("smollm2.md", "1.56"): "2^(20/31), NTK-aware's compression of dimension 20 at factor 2: a formula, not a result",
 }
 
