@@ -418,7 +418,7 @@ def run_backend(backend: Backend, call: AttentionCall, scale: float | None = Non
             o = backend.run(group)
             if out is None:
                 out = torch.zeros(call.B, call.H, call.Nq, call.v.shape[-1], dtype=o.dtype, device=o.device)
-            out = out.index_copy(2, idx, o)
+            out.index_copy_(2, idx, o)  # in place: no copy of the whole output per group
         else:
             o = backend.run(group)
             out = o if out is None else torch.where(sel[:, None, :, None], o, out)

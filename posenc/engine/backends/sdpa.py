@@ -9,7 +9,7 @@ import torch
 from posenc.engine.backends.base import Backend, first_reason
 from posenc.engine.call import AttentionCall, memo_positions
 from posenc.engine.parts import AttentionParts
-from posenc.engine.pieces import key_span, sdpa_gqa
+from posenc.engine.pieces import flash_lse, key_span, lse_merge, sdpa_gqa
 from posenc.engine.rotation import rotate_keys, rotate_queries
 from posenc.engine.scores import head_index
 
@@ -52,6 +52,8 @@ class Sdpa(Backend):
         if (needs_no_mask(parts) and call.q_gate is None and key_mask is None and q0 is not None
                 and q0 >= hi - 1):  # every key read is at or before the first query: all visible
             return sdpa_gqa(rq, rk, v)
+        if _causal_tail(call, lo, hi):
+            return _prefix_and_square(rq, rk, v, q0 - lo)
         q_pos = call.q_pos
         if key_mask is None and call.q_gate is None and q_pos.shape[0] > 1 and bool(
                 (q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):
@@ -71,6 +73,36 @@ class Sdpa(Backend):
         if not bool(allowed.any(dim=-1).all()):
             out = torch.nan_to_num(out, nan=0.0)
         return out
+
+
+def _causal_tail(call: AttentionCall, lo: int, hi: int) -> bool:
+    """A plain causal call without autograd whose queries are the positions of its last ``Nq`` keys (keys at their
+    indices ``lo .. hi-1``, queries at ``hi-Nq .. hi-1``) and some keys come before the first query: a dynamic
+    schedule's query group (``posenc.engine.dispatch.run_backend`` cuts its keys after its last query), or a chunk
+    of a chunked prefill after the cache."""
+    q0 = call.q_run
+    return (needs_no_mask(call.parts) and call.q_gate is None and call.key_mask is None and not call.needs_grad
+            and q0 is not None and call.keys_are_indices and lo < q0 and hi == q0 + call.Nq)
+
+
+_TRIANGLES: dict = {}  # (n, device) -> bool [1,1,n,n] lower triangle, the most recent few kept
+
+
+def _prefix_and_square(rq: torch.Tensor, rk: torch.Tensor, v: torch.Tensor, n_before: int) -> torch.Tensor:
+    """Causal attention of ``Nq`` queries over keys whose first ``n_before`` all come before the first query and
+    whose last ``Nq`` sit at the queries' own positions, as two fused calls merged by log-sum-exp: the keys before
+    with no mask, the square with its lower triangle (``Nq x Nq``). The one-call form needs an ``Nq x Nk`` mask,
+    built, checked and read per call (a 512-query group at 32k: 16M entries)."""
+    Nq = rq.shape[2]
+    key = (Nq, str(rq.device))
+    tri = _TRIANGLES.get(key)
+    if tri is None:
+        if len(_TRIANGLES) >= 4:
+            _TRIANGLES.pop(next(iter(_TRIANGLES)))
+        tri = _TRIANGLES[key] = torch.ones(Nq, Nq, dtype=torch.bool, device=rq.device).tril()[None, None]
+    before = flash_lse(rq, rk[:, :, :n_before], v[:, :, :n_before])
+    square = flash_lse(rq, rk[:, :, n_before:], v[:, :, n_before:], tri)
+    return lse_merge([before, square])
 
 
 def _plain_square(call: AttentionCall) -> bool:
