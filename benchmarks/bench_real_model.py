@@ -366,6 +366,38 @@ def decode_table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _cell(stat: dict | None) -> str:
+    """A ratio's median, with [min, max] when it has more than one repeat ("-": not measured)."""
+    if not stat:
+        return "-"
+    return f"{stat['median']:.2f}" + (f" [{stat['min']:.2f}, {stat['max']:.2f}]" if stat["n"] > 1 else "")
+
+
+def run_table(res: dict) -> str:
+    """A prefill-and-decode run as a markdown table: per row the prefill time over the untouched model's at each
+    length, the decode speed over its (tokens/s ratio: above 1 is faster), and the peak memory over its at the
+    longest length (median [min, max] over the repeats); the untouched model's own seconds and tokens/s first."""
+    lengths = list(res["lengths"])
+    k = [f"{int(n) // 1024}k" for n in lengths]
+    head = (["row"] + [f"prefill {x}" for x in k] + [f"decode {x}" for x in k]
+            + [f"peak memory {k[-1]}", f"rotated keys MB {k[-1]}"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = [res["lengths"][n]["untouched"] for n in lengths]
+    lines.append("| untouched (s, tok/s, MB) | "
+                 + " | ".join(", ".join(f"{r['prefill_s']:.1f} s" for r in b) for b in base) + " | "
+                 + " | ".join(", ".join(f"{r['decode_tok_s']:.2f}" for r in b) for b in base) + " | "
+                 + ", ".join(f"{r['peak_mb']:.0f} MB" for r in base[-1]) + " | - |")
+    rows = list(dict.fromkeys(label for n in lengths for label in res["lengths"][n]["summary"]))
+    for label in rows:
+        s = [res["lengths"][n]["summary"].get(label) or {} for n in lengths]
+        runs = [r for r in res["lengths"][lengths[-1]]["runs"].get(label) or [] if r]
+        mb = [r["rotated_keys_mb"] for r in runs if r.get("rotated_keys_mb") is not None]
+        lines.append(f"| {label} | " + " | ".join(_cell(x.get("prefill_ratio")) for x in s) + " | "
+                     + " | ".join(_cell(x.get("decode_ratio")) for x in s) + " | " + _cell(s[-1].get("peak_ratio"))
+                     + " | " + (f"{statistics.median(mb):.0f}" if mb else "-") + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.bench_real_model", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -377,14 +409,16 @@ def main(argv=None) -> int:
     p.add_argument("--decode-only", action="store_true",
                    help="time decode steps after a synthetic cache of each length (no prefill)")
     p.add_argument("--exact-prefill", action="store_true", help="also time dynamic_ntk step=1 prefill past 8192")
-    p.add_argument("--table", metavar="JSON", help="print the decode table of a finished --decode-only run and exit")
+    p.add_argument("--table", metavar="JSON", help="print the table of a finished run and exit (a --decode-only run: "
+                                                   "its decode table)")
     p.add_argument("--lean", action="store_true",
                    help="also run each engine row with rotated_keys=False (label <row>@lean)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="bench_real_model", help="JSON file name (without .json) under --out")
     a = p.parse_args(argv)
-    if a.table:
-        print(decode_table(json.loads(open(a.table, encoding="utf-8").read())))
+    if a.table:  # a --decode-only run has no prefill to show
+        res = json.loads(open(a.table, encoding="utf-8").read())
+        print(decode_table(res) if res.get("mode", "").startswith("decode") else run_table(res))
         return 0
     ints = (lambda s: [int(x) for x in s.split(",")] if s else None)
     res = run(quick=a.quick, layers=a.layers or None, lengths=ints(a.lengths), repeats=ints(a.repeats),

@@ -1,8 +1,9 @@
-"""benchmarks/bench_real_model.py: the decode table of a --decode-only run, on a hand-made result."""
+"""benchmarks/bench_real_model.py: the decode table of a --decode-only run and the table of a prefill-and-decode run,
+on hand-made results."""
 
 from __future__ import annotations
 
-from benchmarks.bench_real_model import decode_table, summarize
+from benchmarks.bench_real_model import decode_table, run_table, summarize
 
 
 def _length(untouched, rows):
@@ -25,3 +26,27 @@ def test_the_decode_table_shows_each_rows_ratio_its_lean_forms_and_the_memory_it
     assert lines[3] == "| selfextend | 0.95 [0.90, 1.00] (lean 0.72 [0.70, 0.75]) | 0.90 (lean 0.80) | 180 |"
     assert lines[4] == "| yarn | 1.00 [1.00, 1.00] | 1.00 | 0 |"
     assert len(lines) == 5  # the lean rows appear only beside their own row
+
+
+def _timed(prefill, tok_s, peak, mb=0.0):
+    return {"prefill_s": prefill, "decode_tok_s": tok_s, "peak_mb": peak, "rotated_keys_mb": mb}
+
+
+def test_the_run_table_shows_prefill_and_decode_ratios_per_length_and_the_memory_at_the_longest():
+    def length(base, rows):
+        runs = {label: [_timed(*r) for r in rs] for label, rs in rows.items()}
+        b = [_timed(*r) for r in base]
+        return {"untouched": b, "runs": runs, "summary": summarize(runs, b)}
+
+    res = {"lengths": {
+        "8192": length([(30.0, 8.0, 100.0)], {"selfextend": [(33.0, 6.0, 110.0, 50.0)], "yarn": [(30.0, 8.0, 100.0)]}),
+        "16384": length([(80.0, 4.0, 200.0), (100.0, 5.0, 220.0)],
+                        {"selfextend": [(88.0, 4.4, 240.0, 150.0), (100.0, 5.0, 220.0, 150.0)]}),
+    }}
+    lines = run_table(res).splitlines()
+    assert lines[0] == ("| row | prefill 8k | prefill 16k | decode 8k | decode 16k | peak memory 16k "
+                        "| rotated keys MB 16k |")
+    assert lines[2] == "| untouched (s, tok/s, MB) | 30.0 s | 80.0 s, 100.0 s | 8.00 | 4.00, 5.00 | 200 MB, 220 MB | - |"
+    assert lines[3] == "| selfextend | 1.10 | 1.05 [1.00, 1.10] | 0.75 | 1.05 [1.00, 1.10] | 1.10 [1.00, 1.20] | 150 |"
+    assert lines[4] == "| yarn | 1.00 | - | 1.00 | - | - | - |"  # a row not measured at 16k shows "-" there
+    assert len(lines) == 5
