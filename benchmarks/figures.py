@@ -87,8 +87,9 @@ def real_model(results: Path, out: Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("ratio to the untouched model (1: the same)")
         ax.legend(title="length", fontsize="small")
-    fig.suptitle(f"{data['model']} through posenc.hf.extend, {data['layers_timed']} decoder layer timed, "
-                 f"median over the repeats")
+    layers = data["layers_timed"]
+    fig.suptitle(f"{data['model']} through posenc.hf.extend, {layers} decoder layer{'s' if layers != 1 else ''} "
+                 f"timed, median over the repeats")
     return save_png(fig, out / "bench_real_model.png", DPI)
 
 
