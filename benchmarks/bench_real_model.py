@@ -25,6 +25,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -244,26 +245,43 @@ def summarize(samples: dict, base: list) -> dict:
     return out
 
 
+def missing_rows(prior: dict | None, rows) -> list:
+    """The rows of ``rows`` that a stopped run's length result ``prior`` holds no measurement of (all of them when
+    there is none)."""
+    if prior is None:
+        return list(rows)
+    return [row for row in rows if not any(prior["runs"].get(row[0]) or [])]
+
+
 def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: bool, log,
-                 synthetic: bool = False, progress=None) -> dict:
+                 synthetic: bool = False, progress=None, prior: dict | None = None) -> dict:
     """Interleaved repeats at ``n`` tokens after one unrecorded warm-up run: per repeat the baseline, then every
     row (in an order rotated by the repeat, so no row always runs last). ``progress``: called with the length's
     result so far after every measurement (a whole-model run at 32k takes over an hour: a stopped run keeps
-    what it measured)."""
-    base_runs: list = []
-    samples: dict = {row[0]: [] for row in rows}
+    what it measured). ``prior``: this length's result from a stopped run (``--resume``): its measurements are
+    kept, and one more repeat measures the baseline again and only the rows it lacks (the others hold None in
+    that repeat), so every ratio still pairs a row with the baseline of its own sitting."""
+    base_runs: list = list(prior["untouched"]) if prior else []
+    samples: dict = {row[0]: list((prior or {}).get("runs", {}).get(row[0]) or []) for row in rows}
+    todo = missing_rows(prior, rows)
+    if prior is not None:
+        repeats = len(base_runs) + 1 if todo else len(base_runs)
 
     def so_far() -> dict:
         return {"tokens": n, "repeats": repeats, "untouched": base_runs, "runs": samples,
                 "summary": summarize(samples, base_runs)}
 
+    if len(base_runs) >= repeats:
+        return so_far()
     run_one(model, None, n, min(decode, 2), synthetic=synthetic)  # unrecorded: one-time allocations paid here,
     #                                                               not in the first recorded peak (the baseline's)
-    for rep in range(repeats):
+    for rep in range(len(base_runs), repeats):
         base_runs.append(run_one(model, None, n, decode, synthetic=synthetic))
         log(f"  {n} rep {rep} untouched: {base_runs[-1]['prefill_s'] or 0:.2f}s, "
             f"{base_runs[-1]['decode_tok_s'] or 0:.1f} tok/s")
-        order = rows[rep % len(rows):] + rows[:rep % len(rows)]
+        order = todo[rep % len(todo):] + todo[:rep % len(todo)]
+        for label in samples:  # rows not measured in this repeat hold None at its index
+            samples[label] += [None] * (rep - len(samples[label]))
         for row in order:
             decode_only = row[0] == EXACT[0] and n > TRAIN_LEN and not exact_prefill
             res = run_one(model, row, n, decode, decode_only, synthetic)
@@ -271,6 +289,8 @@ def bench_length(model, n: int, repeats: int, rows, decode: int, exact_prefill: 
             log(f"  {n} rep {rep} {row[0]}: {res['prefill_s'] or 0:.2f}s, {res['decode_tok_s'] or 0:.1f} tok/s")
             if progress is not None:
                 progress(so_far())
+    for label in samples:
+        samples[label] += [None] * (len(base_runs) - len(samples[label]))
     return so_far()
 
 
@@ -283,9 +303,10 @@ def _native(method: str, kw: dict) -> bool:
 
 def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repeats=None, methods=None,
         decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print, save=None,
-        lean: bool = False) -> dict:
+        lean: bool = False, resume: dict | None = None) -> dict:
     """The whole grid (``quick``: 2 layers' worth of nothing heavy: 1 layer, 512 and 2048 tokens, 8 decode
-    steps, one repeat, three methods)."""
+    steps, one repeat, three methods). ``resume``: a stopped run's result (same layers, decode steps and mode):
+    what it measured is kept and only what it lacks is measured (:func:`bench_length`)."""
     torch.manual_seed(0)
     lengths = list(lengths or ([512, 2048] if quick else LENGTHS))
     if n:
@@ -305,6 +326,14 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
     out = {"model": "SmolLM2-135M-Instruct (float32, CPU)", "layers_timed": n_layers, "decode_tokens": decode,
            "mode": "decode after a synthetic cache (no prefill)" if synthetic else "prefill, then decode",
            "matmul_peak_gflops": peak, "loadavg_start": list(os.getloadavg()), "lengths": {}}
+    if resume is not None:
+        for key in ("layers_timed", "decode_tokens", "mode"):
+            if resume.get(key) != out[key]:
+                raise ValueError(f"--resume: the stopped run has {key}={resume.get(key)!r}, this one {out[key]!r}")
+        sittings = resume.get("sittings") or [{k: resume.get(k) for k in (
+            "matmul_peak_gflops", "loadavg_start", "loadavg_end", "wall_s")}]
+        out = {**resume, "sittings": sittings, "lengths": dict(resume["lengths"])}
+        out["sittings"] = sittings + [{"matmul_peak_gflops": peak, "loadavg_start": list(os.getloadavg())}]
     t0 = time.perf_counter()
     for n_tok, reps in zip(lengths, repeats):
         log(f"[real-model] {n_tok} tokens, {reps} repeat(s), {n_layers} layer(s), load {os.getloadavg()[0]:.1f}")
@@ -313,12 +342,16 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
             out["lengths"][str(n_tok)] = part
             save(_finish(out, t0))
 
+        prior = out["lengths"].get(str(n_tok))  # a stopped run's (--resume), else None
         res = bench_length(model, n_tok, reps, rows, decode, exact_prefill, log, synthetic,
-                           progress if save is not None else None)
-        if not synthetic:
-            best = min(r["prefill_s"] for r in res["untouched"])
+                           progress if save is not None else None, prior)
+        new = res["untouched"][len(prior["untouched"]) if prior else 0:]
+        if not synthetic and new:  # against this sitting's peak, from this sitting's baseline (else kept as it was)
+            best = min(r["prefill_s"] for r in new)
             res["untouched_gflops"] = forward_flops(cfg, n_tok, n_layers) / best / 1e9
             res["untouched_fraction_of_peak"] = res["untouched_gflops"] / peak
+        elif prior:
+            res.update({k: prior[k] for k in ("untouched_gflops", "untouched_fraction_of_peak") if k in prior})
         out["lengths"][str(n_tok)] = res
         if save is not None:  # what is measured so far, after every length (a long run stopped keeps it)
             save(_finish(out, t0))
@@ -327,8 +360,12 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
 
 def _finish(out: dict, t0: float) -> dict:
     """``out`` with its wall time, end load and flat summary (median ratios) filled in."""
-    out["wall_s"] = time.perf_counter() - t0
     out["loadavg_end"] = list(os.getloadavg())
+    if out.get("sittings"):  # a resumed run: each sitting's own wall time and load, the total over them
+        out["sittings"][-1].update(wall_s=time.perf_counter() - t0, loadavg_end=out["loadavg_end"])
+        out["wall_s"] = sum(x.get("wall_s") or 0.0 for x in out["sittings"])
+    else:
+        out["wall_s"] = time.perf_counter() - t0
     out["summary"] = {f"{n_tok}.{label}.{k}": (v or {}).get("median")
                       for n_tok, res in out["lengths"].items() for label, s in res["summary"].items()
                       for k, v in s.items() if k.endswith("ratio")}
@@ -415,15 +452,23 @@ def main(argv=None) -> int:
                    help="also run each engine row with rotated_keys=False (label <row>@lean)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--name", default="bench_real_model", help="JSON file name (without .json) under --out")
+    p.add_argument("--resume", action="store_true",
+                   help="keep what the stopped run at --out/--name measured and measure only what it lacks")
     a = p.parse_args(argv)
     if a.table:  # a --decode-only run has no prefill to show
         res = json.loads(open(a.table, encoding="utf-8").read())
         print(decode_table(res) if res.get("mode", "").startswith("decode") else run_table(res))
         return 0
     ints = (lambda s: [int(x) for x in s.split(",")] if s else None)
+    resume = None
+    if a.resume:
+        path = Path(a.out) / f"{a.name}.json"
+        if not path.exists():
+            p.error(f"--resume: no stopped run at {path} (--out, --name)")
+        resume = json.loads(path.read_text(encoding="utf-8"))
     res = run(quick=a.quick, layers=a.layers or None, lengths=ints(a.lengths), repeats=ints(a.repeats),
               methods=a.methods.split(",") if a.methods else None, decode=a.decode, exact_prefill=a.exact_prefill,
-              synthetic=a.decode_only, save=lambda r: write_json(a.name, r, a.out), lean=a.lean)
+              synthetic=a.decode_only, save=lambda r: write_json(a.name, r, a.out), lean=a.lean, resume=resume)
     path = write_json(a.name, res, a.out)
     print(json.dumps({"machine": machine_info(), "summary": res["summary"]}, indent=1, default=str))
     print(f"wrote {path}")

@@ -50,3 +50,27 @@ def test_the_run_table_shows_prefill_and_decode_ratios_per_length_and_the_memory
     assert lines[3] == "| selfextend | 1.10 | 1.05 [1.00, 1.10] | 0.75 | 1.05 [1.00, 1.10] | 1.10 [1.00, 1.20] | 150 |"
     assert lines[4] == "| yarn | 1.00 | - | 1.00 | - | - | - |"  # a row not measured at 16k shows "-" there
     assert len(lines) == 5
+
+
+def test_a_resumed_length_measures_the_baseline_again_and_only_the_rows_the_stopped_run_lacks(monkeypatch):
+    import benchmarks.bench_real_model as brm
+
+    calls = []
+
+    def fake(model, row, n, decode, decode_only=False, synthetic=False):
+        calls.append(None if row is None else row[0])
+        return _timed(10.0 if row is None else 12.0, 5.0, 1.0)
+
+    monkeypatch.setattr(brm, "run_one", fake)
+    rows = [("a", "yarn", {}, {}), ("b", "rerope", {}, {}), ("c", "dca", {}, {})]
+    stopped = {"untouched": [_timed(20.0, 4.0, 1.0)], "runs": {"a": [_timed(22.0, 4.0, 1.0)], "b": []}}
+    res = brm.bench_length(None, 64, 1, rows, 2, False, lambda *_: None, prior=stopped)
+    # the warm-up, the baseline, then only the rows without a measurement (in the order the repeat rotates to)
+    assert calls[:2] == [None, None] and sorted(calls[2:]) == ["b", "c"]
+    assert [r["prefill_s"] for r in res["untouched"]] == [20.0, 10.0] and res["repeats"] == 2
+    assert res["runs"]["a"][1] is None and res["runs"]["b"][0] is None and res["runs"]["c"][0] is None
+    # each ratio pairs a row with the baseline of its own sitting
+    assert res["summary"]["a"]["prefill_ratio"]["median"] == 1.1 and res["summary"]["b"]["prefill_ratio"]["median"] == 1.2
+    calls.clear()
+    again = brm.bench_length(None, 64, 1, rows, 2, False, lambda *_: None, prior=res)
+    assert calls == [] and again["untouched"] == res["untouched"]  # nothing left to measure
