@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import RESULTS, _status_kb, machine_info, write_json
+from benchmarks.common import RESULTS, _status_kb, machine_info, trim_heap, write_json
 
 TRAIN_LEN, HEAD_DIM, BASE = 8192, 64, 1e5
 LENGTHS = (2048, 8192, 16384, 32768)
@@ -114,10 +114,12 @@ def synthetic_cache(model, n: int):
 
 
 def _reset_peak() -> int:
-    """Collect garbage, reset the kernel's peak-RSS mark (``clear_refs`` 5) and return the resident KB now."""
+    """Collect garbage, give the heap's freed memory back (:func:`benchmarks.common.trim_heap`), reset the kernel's
+    peak-RSS mark (``clear_refs`` 5) and return the resident KB now."""
     import gc
 
     gc.collect()
+    trim_heap()
     try:
         open("/proc/self/clear_refs", "w").write("5")
     except OSError:
