@@ -13,8 +13,9 @@ What is kept: for each key rotation a buffer of rows ``[base, n)`` of the call's
 the identity on the rows asked for (ReRoPE's far keys, all at position 0) keeps nothing: the keys are read as they
 are. When the frequencies change (a dynamic schedule at its step boundary) the rows are rotated again, all of them:
 every key's angle ``n * theta`` changes with ``theta``. A piece that reads only recent keys (a near branch, a window)
-asks for rows ``[lo, hi)`` with ``lo`` rising from step to step; when its buffer grows, rows below ``lo`` are
-dropped, so such a rotation holds about a window of rows, not the whole context.
+asks for rows ``[lo, hi)`` with ``lo`` rising from step to step; when its buffer grows, or when more of its rows
+lie below ``lo`` than above (after a prefill, which read them all), rows below ``lo`` are dropped, so such a rotation
+holds about a window of rows, not the whole context.
 
 Memory, the trade (measured per method in ``benchmarks/bench_real_model.py``): one copy of the keys (not the
 values) per distinct key rotation that reads the whole context (SelfExtend's far branch, DCA, YaRN on the engine),
@@ -154,14 +155,17 @@ class KeyStore:
 
     @staticmethod
     def _append(e: _Rows, k: torch.Tensor, new: torch.Tensor, did: bool, lo: int, hi: int) -> None:
-        """Write rows ``[e.n, hi)`` (``new``) after the kept ones, growing the buffer when it is full. Growing drops
-        the rows below every row asked for in this call and the one before (the rising reads of a near branch or a
-        window no longer ask for them; two pieces sharing one rotation, STRING's near and far, keep theirs)."""
+        """Write rows ``[e.n, hi)`` (``new``) after the kept ones, moving them to a new buffer when it is full or when
+        more of its rows lie below every row asked for in this call and the one before than above: those are
+        dropped (the rising reads of a near branch or a window no longer ask for them: after a prefill, whose
+        calls read every key, the second decode step keeps about a window, not the whole context; two pieces
+        sharing one rotation, STRING's near and far, keep theirs)."""
         if e.buf is None:  # identity rows so far, a rotated one now: keep the rows from lo as they are
             base = min(lo, e.n)
             e.buf, e.base = k[:, :, base:e.n].clone(), base
-        if hi - e.base > e.buf.shape[2]:
-            base = min(e.n, max(e.base, min(e.low, e.low_before)))
+        floor = min(e.n, max(e.base, min(e.low, e.low_before)))  # rows below it: read by neither call
+        if hi - e.base > e.buf.shape[2] or floor - e.base > max(MIN_SLACK, hi - floor):
+            base = floor
             held = hi - base
             buf = e.buf.new_empty(e.buf.shape[0], e.buf.shape[1], held + max(MIN_SLACK, held // 8), e.buf.shape[3])
             buf[:, :, :e.n - base] = e.buf[:, :, base - e.base:e.n - e.base]

@@ -186,3 +186,13 @@ def test_a_schedule_that_changes_at_every_step_keeps_nothing():
     for step, kept in ((1, False), (64, True)):
         store = _decoded("dynamic_ntk", {"step": step}, 120, 100)
         assert (store.nbytes() > 0) == kept, (step, store.nbytes())
+
+
+@pytest.mark.parametrize("method,params", [("sliding_window", {"window": 16}), ("selfextend", {"window": 16, "group": 4})])
+def test_after_a_prefill_a_window_keeps_a_window_of_rows_by_the_second_step(method, params):
+    """A prefill reads (and keeps) every key; from the second decode step a rotation read only over a window holds
+    about that window, not the prefill's rows until its buffer next grows (a whole-model 16k prefill of SmolLM2
+    otherwise kept 405 MB of rotated keys for StreamingLLM, a full copy of its cache). Answers equal no store."""
+    store = _decoded(method, params, 402, 400)
+    near = max(store._entries.values(), key=lambda e: e.base)
+    assert near.base >= 400 - 16 - 2 and near.buf.shape[2] < 16 + 64 + 4, (near.base, near.buf.shape)
