@@ -37,7 +37,8 @@ ROWS = ("yarn@engine", "rerope", "selfextend", "dca", "string", "streaming_llm",
 #: (bucket, how it is read from the profile): kernels by their built-in's own time, the rest by cumulative time
 KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention")
 ROTATION = (("posenc/engine/rotation.py", "rotate_queries"), ("posenc/engine/rotation.py", "rotate_keys"))
-ATTENTION = (("posenc/hf/attention.py", "posenc_attention"), ("integrations/sdpa_attention.py", "sdpa_attention_forward"))
+ATTENTION = (("posenc/hf/attention.py", "posenc_attention"),
+             ("integrations/sdpa_attention.py", "sdpa_attention_forward"))
 HF_ROPE = (("modeling_llama.py", "apply_rotary_pos_emb"),)
 
 
@@ -67,7 +68,8 @@ def split(stats: pstats.Stats, layer_calls: int) -> dict:
     rotation = _sum(stats, ROTATION)
     hf_rope = _sum(stats, HF_ROPE)
     per = 1e3 / layer_calls
-    return {"attention_ms": attention * per, "kernel_ms": kernel * per, "kernel_calls_per_layer": kernel_calls / layer_calls,
+    return {"attention_ms": attention * per, "kernel_ms": kernel * per,
+            "kernel_calls_per_layer": kernel_calls / layer_calls,
             "rotation_ms": rotation * per, "engine_rest_ms": max(0.0, attention - kernel - rotation) * per,
             "hf_rope_ms": hf_rope * per}
 

@@ -9,7 +9,8 @@ from benchmarks.profile_decode import split, table
 
 
 class _Stats:
-    """What :func:`split` reads of a ``pstats.Stats``: ``stats[(file, line, name)] = (cc, nc, own, cumulative, callers)``."""
+    """What :func:`split` reads of a ``pstats.Stats``: ``stats[(file, line, name)] = (cc, nc, own, cumulative,
+    callers)``."""
 
     def __init__(self, rows):
         self.stats = {(f, 1, n): (nc, nc, tt, ct, {}) for f, n, nc, tt, ct in rows}

@@ -188,7 +188,8 @@ def test_a_schedule_that_changes_at_every_step_keeps_nothing():
         assert (store.nbytes() > 0) == kept, (step, store.nbytes())
 
 
-@pytest.mark.parametrize("method,params", [("sliding_window", {"window": 16}), ("selfextend", {"window": 16, "group": 4})])
+@pytest.mark.parametrize("method,params", [("sliding_window", {"window": 16}),
+                                           ("selfextend", {"window": 16, "group": 4})])
 def test_after_a_prefill_a_window_keeps_a_window_of_rows_by_the_second_step(method, params):
     """A prefill reads (and keeps) every key; from the second decode step a rotation read only over a window holds
     about that window, not the prefill's rows until its buffer next grows (a whole-model 16k prefill of SmolLM2

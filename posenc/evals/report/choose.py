@@ -90,8 +90,9 @@ def _real(root: Path) -> tuple[list[str], list[str]]:
              f"record gives for that length (`posenc bench --preset {meta['preset']}`, "
              f"[the full run](smollm2.md#the-full-run-preset-smollm2_full)). The verdict is the suite's rule: "
              f"**extends** when its pass-key retrieval past {_k(train)} reaches {ref['fraction']} x the untouched "
-             f"model's {ref['retrieval']:.2f} at {_k(ref['length'])} (threshold {ref['threshold']:.4g}: RULER's rule, arXiv 2404.06654, with "
-             f"the model's own reference in place of RULER's fixed 85.6%); "
+             f"model's {ref['retrieval']:.2f} at {_k(ref['length'])} (threshold "
+             f"{ref['threshold']:.4g}: RULER's rule, arXiv 2404.06654, with the model's own reference in place of "
+             f"RULER's fixed 85.6%); "
              f"else **keeps perplexity only** when its perplexity past {_k(train)} stays within {KEEPS_PPL:g} x the "
              f"untouched model's at {_k(ref['length'])}; else **neither**. Keys: pass keys found / asked, with the "
              f"95% Wilson interval; perplexity with its 95% interval over the scored blocks.", ""]
@@ -115,7 +116,8 @@ def _real(root: Path) -> tuple[list[str], list[str]]:
             lines.append(f"| `{m}` | {shown} | " + " | ".join(_keys(by.get((m, n))) for n in past)
                          + " | " + " | ".join(_ppl(by.get((m, n))) for n in past) + " |")
         lines.append("")
-    lines += ["The same run as effective lengths (the stricter rule of RULER's effective length: retrieval must pass at every length up to it, "
+    lines += ["The same run as effective lengths (the stricter rule of RULER's effective length: retrieval must pass "
+              "at every length up to it, "
               "so a method that misses at a shorter length is capped there even when it extends past the trained "
               "length):", "",
               f"![effective context length of every method, bars against the trained length]"

@@ -245,8 +245,8 @@ def _summary(results: dict) -> list[str]:
     if ref.get("threshold") is not None:
         lines.append(f"Reference: the untouched model's retrieval at {_k(ref['length'])} is {ref['retrieval']:.2f}; "
                      f"a length counts as effective while retrieval stays >= {ref['fraction']} x that = "
-                     f"{ref['threshold']:.2f} at every length up to it (after RULER, arXiv 2404.06654, whose threshold is "
-                     f"fixed instead: Llama-2-7B's 85.6% at 4k).")
+                     f"{ref['threshold']:.2f} at every length up to it (after RULER, arXiv 2404.06654, whose "
+                     f"threshold is fixed instead: Llama-2-7B's 85.6% at 4k).")
         lines.append("Retrieval pools the kinds the untouched model solves above chance at the reference length: "
                      + ", ".join(ref.get("kinds", [])) + " (every kind is in the per-task tables).")
     for method, why in sorted(results["meta"].get("left_out", {}).items()):

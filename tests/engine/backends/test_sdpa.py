@@ -1,4 +1,5 @@
-"""``sdpa``: the fused path used for training gives the reference's gradients; queries at the last keys run as two fused calls."""
+"""``sdpa``: the fused path used for training gives the reference's gradients; queries at the last keys run as two
+fused calls."""
 
 import pytest
 import torch
