@@ -37,6 +37,24 @@ def test_readme_tables_equal_the_committed_results(page, name):
     assert _marked(PAGES[page], README_MARKS, name) == readme_block(_results(name), name)
 
 
+SIDE_BY_SIDE = sorted((page, names) for page, text in PAGES.items()
+                      for names in set(re.findall(r"<!-- side-by-side:([\w,-]+):begin -->", text)))
+
+
+def test_the_gemma3_page_sets_its_run_beside_smollm2s():
+    assert ("gemma3.md", "suite-gemma3,suite-smollm2-full") in SIDE_BY_SIDE
+
+
+@pytest.mark.parametrize("page,names", SIDE_BY_SIDE)
+def test_side_by_side_tables_equal_the_committed_results(page, names):
+    from posenc.evals.report.side_by_side import MARKS, block
+
+    runs = names.split(",")
+    begin, end = (m.format(names=names) for m in MARKS)
+    text = PAGES[page]
+    assert text[text.index(begin):text.index(end) + len(end)] == block([_results(r) for r in runs], runs)
+
+
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 SUMMARIES = sorted(set(re.findall(r"<!-- suite-summary:([\w-]+):begin -->", README)))
