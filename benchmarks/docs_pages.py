@@ -1,9 +1,12 @@
 """The documentation pages generated from the code and the committed results, written or checked from the command
-line: ``python -m benchmarks.docs_pages {atlas,which-method,all} [--root DIR] [--check]``.
+line: ``python -m benchmarks.docs_pages {atlas,which-method,blocks,all} [--root DIR] [--check]``.
 
 - ``atlas``: ``docs/atlas.md`` and one position map per method in ``docs/atlas/`` (:mod:`posenc.analysis.atlas`);
 - ``which-method``: ``docs/results/which-method.md`` from the committed verdict tables
-  (:mod:`posenc.evals.report.choose`).
+  (:mod:`posenc.evals.report.choose`);
+- ``blocks``: the marked result blocks of ``README.md``, ``docs/results/smollm2.md`` and ``docs/results/gemma3.md``
+  (suite runs, summaries, runs side by side) re-rendered from the committed runs, the prose left as it is
+  (:mod:`posenc.evals.report.blocks`).
 
 ``--check`` writes nothing: it prints ``stale: PATH`` for each file that differs from what would be written, and
 exits 1 if any does (``tests/analysis/test_atlas.py`` and ``tests/evals/report/test_choose.py`` run the same checks).
@@ -15,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-PAGES = ("atlas", "which-method")
+PAGES = ("atlas", "which-method", "blocks")
 
 
 def _module(name: str):
@@ -23,6 +26,10 @@ def _module(name: str):
         from posenc.analysis import atlas
 
         return atlas
+    if name == "blocks":
+        from posenc.evals.report import blocks
+
+        return blocks
     from posenc.evals.report import choose
 
     return choose
@@ -42,6 +49,9 @@ def main(argv=None) -> int:
             bad += module.stale(root)
             continue
         written = module.write(root)
+        if name == "blocks":
+            print(f"blocks: rewrote {', '.join(map(str, written)) or 'nothing (every block is current)'}")
+            continue
         written = written if isinstance(written, list) else [written]
         print(f"{name}: wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""))
     for path in bad:
