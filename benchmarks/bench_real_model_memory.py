@@ -23,6 +23,14 @@ second step). Recorded per cell, in MB:
 - ``kv_cache_mb``: the key/value cache itself after the decode (the part every row shares);
 - ``extend_mb``: the resident memory ``extend`` added before the prefill (tables, wrappers).
 
+The allocator is pinned: each cell's process runs with ``MALLOC_MMAP_THRESHOLD_=131072`` (:data:`ALLOCATOR`), so
+glibc maps every block of 128 KiB or more on its own and unmaps it when it is freed. By default glibc raises that
+threshold after the first large free (up to 32 MiB), and a layer's keys, values and activations (a few MiB each at
+8k) then come from a heap that frees back to the system only in part: the whole model's peak at 8k read
+772-831 MB for the untouched model's own computation with other cos/sin (PI, YaRN, Llama 3, transformers' code) and
+was 240 MB apart between two engine rows that differ only in their frequencies. Pinned, four layers at 8k read
+277-279 MB for those rows, and each engine row its rotated keys above them.
+
 Memory does not depend on the machine's load, so this runs beside other work (the times it prints are not a
 measurement). Resumable: the JSON is written atomically after every cell and a rerun skips the cells it holds.
 """
@@ -41,6 +49,8 @@ from benchmarks.common import RESULTS, machine_info, write_json
 LENGTHS = (8192, 16384, 32768)
 UNTOUCHED = "untouched"
 WARMUP = 1024  # tokens of the unrecorded warm-up prefill before each measurement
+#: the environment of every cell's process: large blocks mapped and unmapped on their own (module docstring)
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def rows(labels=None) -> list[str]:
@@ -97,7 +107,8 @@ def measure_one(label: str, n: int, decode: int, layers: int | None) -> dict:
     res = measure(model, n, decode)
     return {"peak_mb": res["peak_mb"], "prefill_peak_mb": res["prefill_peak_mb"],
             "rotated_keys_mb": res["rotated_keys_mb"], "kv_cache_mb": _kv_cache_mb(caches[0]) if caches else None,
-            "extend_mb": extend_mb, "params": params, "prefill_s": res["prefill_s"], "loadavg": res["loadavg"]}
+            "extend_mb": extend_mb, "params": params, "prefill_s": res["prefill_s"], "loadavg": res["loadavg"],
+            "allocator": {k: os.environ.get(k) for k in ALLOCATOR}}
 
 
 def _subprocess(label: str, n: int, decode: int, layers: int | None, timeout: float) -> dict:
@@ -107,7 +118,8 @@ def _subprocess(label: str, n: int, decode: int, layers: int | None, timeout: fl
            "--decode", str(decode), "--layers", str(layers or 0)]
     root = Path(__file__).resolve().parent.parent
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(root))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(root),
+                              env={**os.environ, **ALLOCATOR})
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -129,7 +141,7 @@ def run(lengths=LENGTHS, labels=None, decode: int = 4, layers: int | None = None
     """Every (row, length) not yet in ``out_dir/name.json``, each in its own process; the JSON rewritten after each."""
     path = Path(out_dir) / f"{name}.json"
     prior = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    setup = {"decode": decode, "layers": layers or None}
+    setup = {"decode": decode, "layers": layers or None, "allocator": ALLOCATOR}
     if prior and {k: prior.get(k) for k in setup} != setup:
         raise ValueError(f"{path} holds a run with {({k: prior.get(k) for k in setup})}, not {setup}: "
                          f"pass --name for a new file")
