@@ -53,18 +53,47 @@ WARMUP = 1024  # tokens of the unrecorded warm-up prefill before each measuremen
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
+def _row(label: str) -> tuple[str, dict, dict]:
+    """``(method, fixed params, extend kwargs)`` of a row label: a row of
+    :data:`benchmarks.bench_real_model.METHODS`, or ``<row>@lean``, that engine row with ``rotated_keys=False`` (the
+    lean form: no rotated keys kept). ``ValueError`` naming ``--methods`` for an unknown label or the lean form of a
+    row that runs on transformers' own code (it keeps no rotated keys to drop)."""
+    from benchmarks.bench_real_model import LEAN_SUFFIX, METHODS, _native
+
+    base = label[:-len(LEAN_SUFFIX)] if label.endswith(LEAN_SUFFIX) else label
+    found = next((r for r in METHODS if r[0] == base), None)
+    if found is None:
+        known = ", ".join(r[0] for r in METHODS)
+        raise ValueError(f"--methods: no row {label!r} in benchmarks.bench_real_model.METHODS ({known}, "
+                         f"or <row>{LEAN_SUFFIX})")
+    _, method, fixed, kw = found
+    if base != label:
+        if _native(method, kw):
+            raise ValueError(f"--methods: {label} is not a row: {base} runs on transformers' own code, which keeps "
+                             "no rotated keys")
+        kw = {**kw, "rotated_keys": False}
+    return method, fixed, kw
+
+
 def rows(labels=None) -> list[str]:
     """The row labels measured: the untouched model first, then :data:`benchmarks.bench_real_model.METHODS` (all,
-    or those named in ``labels``); ``ValueError`` naming ``--methods`` for an unknown label."""
-    from benchmarks.bench_real_model import METHODS
+    or those named in ``labels``, where ``<row>@lean`` names an engine row's lean form, :func:`_row`);
+    ``ValueError`` naming ``--methods`` for an unknown label."""
+    from benchmarks.bench_real_model import LEAN_SUFFIX, METHODS
 
     known = [r[0] for r in METHODS]
     if labels is None:
         return [UNTOUCHED, *known]
-    unknown = sorted(set(labels) - set(known) - {UNTOUCHED})
-    if unknown:
-        raise ValueError(f"--methods: no row {unknown} in benchmarks.bench_real_model.METHODS ({', '.join(known)})")
-    return [UNTOUCHED, *[k for k in known if k in labels]]
+    wanted = [x for x in dict.fromkeys(labels) if x != UNTOUCHED]
+    for label in wanted:
+        _row(label)
+    order = {label: i for i, label in enumerate(known)}
+    lean = LEAN_SUFFIX
+
+    def place(x: str) -> tuple[int, bool]:  # each row in METHODS' order, its lean form after it
+        return order[x[:-len(lean)] if x.endswith(lean) else x], x.endswith(lean)
+
+    return [UNTOUCHED, *sorted(wanted, key=place)]
 
 
 def _kv_cache_mb(cache) -> float:
@@ -80,7 +109,7 @@ def measure_one(label: str, n: int, decode: int, layers: int | None) -> dict:
     """One cell in this process (the ``--one`` entry): load, extend, measure (module docstring)."""
     import torch
 
-    from benchmarks.bench_real_model import BASE, HEAD_DIM, METHODS, TRAIN_LEN, _reset_peak, load_model, measure
+    from benchmarks.bench_real_model import BASE, HEAD_DIM, TRAIN_LEN, _reset_peak, load_model, measure
     from posenc.hf import extend
     from posenc.methods import length_defaults
 
@@ -89,7 +118,7 @@ def measure_one(label: str, n: int, decode: int, layers: int | None) -> dict:
     before = _reset_peak()
     params = {}
     if label != UNTOUCHED:
-        _, method, fixed, kw = next(r for r in METHODS if r[0] == label)
+        method, fixed, kw = _row(label)
         params = {**length_defaults(method, TRAIN_LEN, n, head_dim=HEAD_DIM, base=BASE), **fixed}
         extend(model, method, **kw, **params)
     extend_mb = (_reset_peak() - before) / 1024
@@ -195,7 +224,9 @@ def table(res: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.bench_real_model_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="comma-separated prefill lengths")
-    p.add_argument("--methods", default=None, help="comma-separated row labels of bench_real_model (default: all)")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated row labels of bench_real_model, or <row>@lean for an engine row with "
+                   "rotated_keys=False (default: every row, none lean)")
     p.add_argument("--decode", type=int, default=4, help="greedy cached steps after the prefill (default 4)")
     p.add_argument("--layers", type=int, default=0, help="the model's first N decoder layers (0: all)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per cell before it is recorded as an error")

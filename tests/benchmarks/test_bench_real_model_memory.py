@@ -7,14 +7,23 @@ import json
 
 import pytest
 
-from benchmarks.bench_real_model_memory import UNTOUCHED, ratios, rows, run, table
+from benchmarks.bench_real_model_memory import UNTOUCHED, _row, ratios, rows, run, table
 
 
 def test_the_untouched_model_comes_first_and_an_unknown_row_is_refused_naming_the_flag():
     assert rows(["selfextend", "yarn@engine"]) == [UNTOUCHED, "yarn@engine", "selfextend"]
     assert rows()[0] == UNTOUCHED and "dca" in rows() and len(rows()) == len(set(rows()))
-    with pytest.raises(ValueError, match="--methods: no row \\['selfextnd'\\]"):
+    with pytest.raises(ValueError, match="--methods: no row 'selfextnd'"):
         rows(["selfextnd"])
+
+
+def test_an_engine_row_has_a_lean_form_and_a_native_row_has_none():
+    assert rows(["selfextend@lean", "dca", "selfextend"]) == [UNTOUCHED, "selfextend", "selfextend@lean", "dca"]
+    method, fixed, kw = _row("yarn@engine@lean")
+    assert (method, kw) == ("yarn", {"native": False, "rotated_keys": False}), kw
+    assert _row("selfextend") == ("selfextend", {}, {})  # the row itself keeps its rotated keys (extend's default)
+    with pytest.raises(ValueError, match="--methods: yarn@lean is not a row: yarn runs on transformers' own code"):
+        rows(["yarn@lean"])
 
 
 def test_each_rows_peak_is_read_against_the_untouched_models_at_its_length():
@@ -41,9 +50,11 @@ def test_the_table_shows_peak_ratio_rotated_keys_and_cache_per_length_and_errors
 @pytest.mark.slow
 def test_a_short_run_measures_each_cell_in_its_own_process_and_a_rerun_measures_nothing_again(tmp_path):
     logs = []
-    res = run(lengths=(512,), labels=["selfextend"], decode=2, layers=1, out_dir=tmp_path, name="m", log=logs.append)
+    res = run(lengths=(512,), labels=["selfextend", "selfextend@lean"], decode=2, layers=1, out_dir=tmp_path,
+              name="m", log=logs.append)
     cells = res["lengths"]["512"]["cells"]
-    assert set(cells) == {UNTOUCHED, "selfextend"}, cells
+    assert set(cells) == {UNTOUCHED, "selfextend", "selfextend@lean"}, cells
+    assert cells["selfextend"]["rotated_keys_mb"] > 0 and cells["selfextend@lean"]["rotated_keys_mb"] == 0, cells
     for label, c in cells.items():
         assert c["allocator"] == {"MALLOC_MMAP_THRESHOLD_": "131072"}, (label, c)  # each cell's process pinned it
         assert c["peak_mb"] > 0 and c["prefill_peak_mb"] <= c["peak_mb"], (label, c)
@@ -54,8 +65,9 @@ def test_a_short_run_measures_each_cell_in_its_own_process_and_a_rerun_measures_
     assert saved["lengths"]["512"]["peak_ratio"]["selfextend"] == pytest.approx(
         cells["selfextend"]["peak_mb"] / cells[UNTOUCHED]["peak_mb"])
     logs.clear()
-    again = run(lengths=(512,), labels=["selfextend"], decode=2, layers=1, out_dir=tmp_path, name="m", log=logs.append)
-    assert logs == [f"0 cells to measure (2 already in {tmp_path / 'm.json'})"]
+    again = run(lengths=(512,), labels=["selfextend", "selfextend@lean"], decode=2, layers=1, out_dir=tmp_path,
+                name="m", log=logs.append)
+    assert logs == [f"0 cells to measure (3 already in {tmp_path / 'm.json'})"]
     assert again["lengths"] == saved["lengths"] and len(again["sittings"]) == 2
     with pytest.raises(ValueError, match="pass --name for a new file"):
         run(lengths=(512,), labels=["selfextend"], decode=4, layers=1, out_dir=tmp_path, name="m")
