@@ -170,7 +170,7 @@ def run(lengths=LENGTHS, labels=None, decode: int = 4, layers: int | None = None
     """Every (row, length) not yet in ``out_dir/name.json``, each in its own process; the JSON rewritten after each."""
     path = Path(out_dir) / f"{name}.json"
     prior = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    setup = {"decode": decode, "layers": layers or None, "allocator": ALLOCATOR}
+    setup = {"decode": decode, "layers": layers or None, "allocator": ALLOCATOR, "warmup": WARMUP}
     if prior and {k: prior.get(k) for k in setup} != setup:
         raise ValueError(f"{path} holds a run with {({k: prior.get(k) for k in setup})}, not {setup}: "
                          f"pass --name for a new file")
