@@ -303,6 +303,13 @@ def _native(method: str, kw: dict) -> bool:
     return bool(lookup(method, hf=True).hf_native) and kw.get("native") is not False
 
 
+def lean_row(row: tuple):
+    """A ``METHODS`` row's lean form (``<label>@lean``, ``rotated_keys=False``), or None for a row on transformers'
+    own code (it keeps no rotated keys to drop)."""
+    label, method, fixed, kw = row
+    return None if _native(method, kw) else (label + LEAN_SUFFIX, method, fixed, {**kw, "rotated_keys": False})
+
+
 def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repeats=None, methods=None,
         decode: int = 64, exact_prefill: bool = False, synthetic: bool = False, log=print, save=None,
         lean: bool = False, resume: dict | None = None) -> dict:
@@ -319,8 +326,7 @@ def run(quick: bool = False, n=None, layers: int | None = 1, lengths=None, repea
     if quick and methods is None:
         rows = [r for r in rows if r[0] in ("yarn@engine", "selfextend", "streaming_llm")]
     if lean:
-        rows += [(label + LEAN_SUFFIX, m, fixed, {**kw, "rotated_keys": False}) for label, m, fixed, kw in rows
-                 if not _native(m, kw)]
+        rows += [r for r in map(lean_row, rows) if r is not None]
     peak = matmul_peak()
     model = load_model(layers)
     cfg = model.config

@@ -58,20 +58,20 @@ def _row(label: str) -> tuple[str, dict, dict]:
     :data:`benchmarks.bench_real_model.METHODS`, or ``<row>@lean``, that engine row with ``rotated_keys=False`` (the
     lean form: no rotated keys kept). ``ValueError`` naming ``--methods`` for an unknown label or the lean form of a
     row that runs on transformers' own code (it keeps no rotated keys to drop)."""
-    from benchmarks.bench_real_model import LEAN_SUFFIX, METHODS, _native
+    from benchmarks.bench_real_model import LEAN_SUFFIX, METHODS, lean_row
 
-    base = label[:-len(LEAN_SUFFIX)] if label.endswith(LEAN_SUFFIX) else label
+    base = label.removesuffix(LEAN_SUFFIX)
     found = next((r for r in METHODS if r[0] == base), None)
     if found is None:
         known = ", ".join(r[0] for r in METHODS)
         raise ValueError(f"--methods: no row {label!r} in benchmarks.bench_real_model.METHODS ({known}, "
                          f"or <row>{LEAN_SUFFIX})")
-    _, method, fixed, kw = found
     if base != label:
-        if _native(method, kw):
+        found = lean_row(found)
+        if found is None:
             raise ValueError(f"--methods: {label} is not a row: {base} runs on transformers' own code, which keeps "
                              "no rotated keys")
-        kw = {**kw, "rotated_keys": False}
+    _, method, fixed, kw = found
     return method, fixed, kw
 
 
@@ -88,10 +88,9 @@ def rows(labels=None) -> list[str]:
     for label in wanted:
         _row(label)
     order = {label: i for i, label in enumerate(known)}
-    lean = LEAN_SUFFIX
 
     def place(x: str) -> tuple[int, bool]:  # each row in METHODS' order, its lean form after it
-        return order[x[:-len(lean)] if x.endswith(lean) else x], x.endswith(lean)
+        return order[x.removesuffix(LEAN_SUFFIX)], x.endswith(LEAN_SUFFIX)
 
     return [UNTOUCHED, *sorted(wanted, key=place)]
 
