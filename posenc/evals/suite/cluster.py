@@ -152,7 +152,7 @@ def _pending(preset, m, store, method: str, n: int, pruned, skipped: dict, log) 
 
     row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
     keys = [(cell_key(m.model_id, row, params, n, spec, s, preset.chat, device=m.device, dtype=m.dtype), spec, s)
-            for spec in preset.contexts if spec.used_at(n) for s in spec.seed_range]
+            for spec in preset.contexts if spec.used_at(n, method) for s in spec.seed_range]
     pending = [(k, row, params, spec, s) for k, spec, s in keys if store.get(k) is None]
     why = pruned(store, m, preset, method, n) if pending else None
     if why:

@@ -62,7 +62,7 @@ def _unfinished(store, m: ModelFacts, preset: SuitePreset, method: str, length: 
     """How many cells of ``method`` at ``length`` are not finished."""
     from posenc.evals.suite.results import _cells_of
 
-    planned = sum(len(spec.seed_range) for spec in preset.contexts if spec.used_at(length))
+    planned = sum(len(spec.seed_range) for spec in preset.contexts if spec.used_at(length, method))
     return planned - len(_cells_of(store, m, preset, method, length))
 
 

@@ -35,7 +35,8 @@ def _params(preset: dict, tuned: dict) -> dict:
 def load_presets(path=DATA) -> dict[str, SuitePreset]:
     """Every preset of the data file ``path``, by name."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    contexts = {name: ContextSpec(**{**spec, "generators": tuple(spec["generators"])})
+    contexts = {name: ContextSpec(**{**spec, "generators": tuple(spec["generators"]),
+                                     **({"methods": tuple(spec["methods"])} if "methods" in spec else {})})
                 for name, spec in data["contexts"].items()}
     out = {}
     for p in data["presets"]:

@@ -4,8 +4,10 @@ effective lengths, and the report (:mod:`posenc.evals.report.suite`).
 Per (method, length), in the lab's records schema (:class:`posenc.evals.records.EvalRecord`; ``scheme`` is the
 model's name, ``passkey`` the pass-key accuracy):
 
-- ``ppl``/``loss``/``accuracy``: the target passages of the book contexts (the same tokens at every length),
-  geometric mean over seeds; ``ppl_interval``: 95% t interval over the passages' 64-token blocks;
+- ``ppl``/``loss``/``accuracy``: the target passages of the book contexts every row runs (the same tokens at
+  every length and row: :func:`shared_cells`), geometric mean over seeds; ``ppl_interval``: 95% t interval over the
+  passages' 64-token blocks; ``passages``: every passage's loss, those of contexts run for some rows only
+  (:attr:`posenc.evals.suite.spec.ContextSpec.methods`) too, paired by name in ``ppl_ratio``/``ppl_vs``;
 - ``tasks``: per query kind, ``k`` right of ``n``, Wilson 95% interval, chance;
 - ``retrieval``: the *informative* retrieval kinds pooled, the score effective length is judged on, with its
   Wilson interval. A retrieval kind (``passkey``, ``niah_mk``, ``niah_mq``, ``niah_mv``) is informative when the
@@ -53,7 +55,7 @@ def _cells_of(store, m, preset, method: str, n: int) -> list[tuple]:
     row, params = cell_row(method, m.train_len, n, m.head_dim, m.base, preset.params)
     out = []
     for spec in preset.contexts:
-        if not spec.used_at(n):
+        if not spec.used_at(n, method):
             continue
         for s in spec.seed_range:
             v = store.get(cell_key(m.model_id, row, params, n, spec, s, preset.chat, device=m.device,
@@ -135,6 +137,13 @@ def passage_losses(cells: list[tuple]) -> dict[str, float]:
     return {f"{spec.name}/{s}": v["target"]["loss"] for spec, s, v in cells if v.get("target")}
 
 
+def shared_cells(cells: list[tuple]) -> list[tuple]:
+    """The cells of the contexts every row runs (:attr:`posenc.evals.suite.spec.ContextSpec.methods` None): a row's
+    perplexity, accuracy and interval are over these, so that they compare the same passages across rows; the
+    passages of contexts run for some rows only count in the paired ratios (:func:`ppl_ratio`)."""
+    return [c for c in cells if c[0].methods is None]
+
+
 def ppl_ratio(losses: dict[str, float], reference: dict[str, float]) -> dict | None:
     """The paired perplexity ratio of a row to a reference row over the passages both scored: the geometric mean of
     the per-passage ratios with Student's t 95% interval over passages (``value``/``lo``/``hi``; NaN ends for one
@@ -156,7 +165,7 @@ def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds
     from posenc.evals.suite.spec import method_params
 
     answers = [a for _, _, v in cells for a in v["answers"]]
-    targets = [v["target"] for _, _, v in cells if v.get("target")]
+    targets = [v["target"] for _, _, v in shared_cells(cells) if v.get("target")]
     tasks = task_counts(answers)
     loss = statistics.fmean(t["loss"] for t in targets) if targets else None
     blocks = [b for t in targets for b in t["block_losses"]]

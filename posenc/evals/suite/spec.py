@@ -27,7 +27,9 @@ class ContextSpec:
     (``{"niah": {"n_keys": 4}}``; the ``keys`` generator's ``bins``, when left out, are the model's
     :func:`posenc.tasks.ruler.key_bins`, filled in by :meth:`SuitePreset.sized`); ``reach``: a book haystack's
     longest context (:meth:`posenc.tasks.haystack.Haystack.window`; None: the default, 64k; set, it is part of
-    the cell key: its passages are others)."""
+    the cell key: its passages are others); ``methods``: the rows (preset labels) this context is run for (None:
+    every row; not part of a cell's key), e.g. more passages for the rows a page compares, where a row's
+    perplexity column keeps to the contexts every row runs (:func:`posenc.evals.suite.results.shared_cells`)."""
 
     haystack: str
     generators: tuple[str, ...]
@@ -38,11 +40,13 @@ class ContextSpec:
     first_seed: int = 0
     min_length: int | None = None
     reach: int | None = None
+    methods: tuple[str, ...] | None = None
 
-    def used_at(self, length: int) -> bool:
-        """Whether this context is part of a cell grid at ``length``."""
+    def used_at(self, length: int, method: str | None = None) -> bool:
+        """Whether this context is part of a cell grid at ``length``, for row ``method`` (None: for some row)."""
         return (self.min_length is None or length >= self.min_length) and (
-            self.max_length is None or length <= self.max_length)
+            self.max_length is None or length <= self.max_length) and (
+            method is None or self.methods is None or method in self.methods)
 
     @property
     def seed_range(self) -> range:
@@ -101,6 +105,10 @@ class SuitePreset:
         unknown = [c for c in self.compare_to if c not in self.methods]
         if unknown:
             raise ValueError(f"compare_to names rows that are not methods of the preset: {unknown}")
+        for c in self.contexts:
+            unknown = [m for m in c.methods or () if m not in self.methods]
+            if unknown:
+                raise ValueError(f"context {c.name} names rows that are not methods of the preset: {unknown}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -210,7 +218,7 @@ def cell_key(model_id: str, method: str, params: dict, length: int, spec: Contex
 def plan(preset: SuitePreset) -> list[tuple[int, str, ContextSpec, int]]:
     """Every cell ``(length, method, context, seed)`` the preset may run, shortest length first."""
     return [(n, m, spec, s) for n in sorted(preset.lengths) for m in preset.methods for spec in preset.contexts
-            if spec.used_at(n) for s in spec.seed_range]
+            if spec.used_at(n, m) for s in spec.seed_range]
 
 
 @dataclass

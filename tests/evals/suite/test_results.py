@@ -177,3 +177,42 @@ def test_suite_comparisons_are_newcombes_interval_by_hand():
     d, lo, hi = _newcombe_by_hand(14, 6, 1, 3)
     assert (yarn["value"], yarn["lo"], yarn["hi"]) == pytest.approx((d, lo, hi), abs=1e-6)
     assert (yarn["wins"], yarn["losses"], yarn["n"]) == (6, 1, 24) and yarn["lo"] < 0 < yarn["hi"]  # 6-1: not separated
+
+
+def test_a_context_for_some_rows_adds_paired_passages_and_leaves_the_perplexity_column_alone():
+    """A book context run for some rows only (``ContextSpec.methods``): those rows' cells hold it and their
+    paired ratios take its passages, while every row's perplexity is over the passages all rows score."""
+    import math
+
+    from posenc.evals.suite.results import _cells_of, _record, ppl_ratio
+    from posenc.evals.suite.spec import plan
+
+    shared = ContextSpec("book", ("niah",), seeds=2, target=8)
+    extra = ContextSpec("book", ("niah",), seeds=2, first_seed=2, target=8, methods=("none", "yarn"))
+    preset = _preset(contexts=(shared, extra), compare_to=())
+    assert {(m, s) for n, m, spec, s in plan(preset) if spec is extra} == {
+        (m, s) for m in ("none", "yarn") for s in (2, 3)}
+    assert sum(spec is shared for n, m, spec, s in plan(preset)) == 2 * 3 * 2  # lengths x rows x seeds
+
+    loss = {0: 3.0, 1: 3.2, 2: 9.0, 3: 1.0}  # the extra passages far from the shared ones: the mean would move
+    store = Store()
+    for method in ("none", "yarn", "selfextend"):
+        params = method_params(method, L, 2048, FACTS.head_dim, FACTS.base, {})
+        for spec in (shared, extra):
+            for s in spec.seed_range:
+                store.put(cell_key("tiny", method, params, 2048, spec, s, False), {
+                    "answers": [], "prefill_s": 1.0, "peak_rss_mb": 1.0, "decode_s": 0.0, "decode_tokens": 0,
+                    "loadavg": [1.0], "target": {"loss": loss[s], "accuracy": 0.5, "tokens": 8,
+                                                 "block_losses": [loss[s]]}})
+    rec = {m: _record("tiny", FACTS, preset, m, 2048, _cells_of(store, FACTS, preset, m, 2048), ())
+           for m in ("none", "yarn", "selfextend")}
+    assert len(rec["yarn"]["passages"]) == 4 and len(rec["selfextend"]["passages"]) == 2  # no cell of it is read
+    for r in rec.values():
+        assert r["ppl"] == pytest.approx(math.exp(3.1)) and r["tokens"] == 16
+    assert ppl_ratio(rec["yarn"]["passages"], rec["none"]["passages"])["n"] == 4
+    assert ppl_ratio(rec["selfextend"]["passages"], rec["none"]["passages"])["n"] == 2
+
+
+def test_a_context_naming_a_row_outside_the_preset_is_refused():
+    with pytest.raises(ValueError, match="names rows that are not methods of the preset: \\['dca'\\]"):
+        _preset(contexts=(ContextSpec("book", ("niah",), target=8, methods=("none", "dca")),))
