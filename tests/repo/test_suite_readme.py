@@ -102,3 +102,20 @@ def test_the_committed_short_run_has_two_dozen_keys_per_cell_and_four_passages()
         assert iv["n"] >= 24 and iv["lo"] <= iv["value"] <= iv["hi"], key
         assert sum(b["interval"]["n"] for b in r["by_bin"]) == iv["n"], key
         assert len(r["passages"]) == 4 and r["ppl_ratio"]["n"] == 4 and r["ppl_ratio"]["lo"] is not None, key
+
+
+def test_the_committed_gemma3_rows_hold_a_dozen_keys_and_both_passages():
+    """``suite-gemma3`` (run over sittings): every (row, length) whose cells are all finished holds 12 keys with a
+    Wilson interval, by distance bin, and the same 2 passages, paired against the untouched model at 32k; a row
+    not finished is named in ``meta.missing``, and a row left out at 128k in ``meta.left_out``."""
+    res = _results("suite-gemma3")
+    meta = res["meta"]
+    assert res["reference"]["interval"]["n"] == 12 and meta["complete"] is (meta["missing"] == {})
+    finished = [r for r in res["records"] if f"{r['method']}@{r['eval_len']}" not in meta["missing"]]
+    assert {r["eval_len"] for r in finished} >= {16384, 32768}
+    for r in finished:
+        key, iv = (r["method"], r["eval_len"]), r["retrieval"]
+        assert iv["n"] == 12 and iv["lo"] <= iv["value"] <= iv["hi"], key
+        assert sum(b["interval"]["n"] for b in r["by_bin"]) == 12, key
+        assert sorted(r["passages"]) == ["book:niah/0", "book:niah/1"] and r["ppl_ratio"]["n"] == 2, key
+    assert all(k.endswith("@131072") for k in meta["left_out"])

@@ -75,3 +75,21 @@ def test_the_review_preset_plans_two_dozen_keys_per_cell_and_shares_the_short_pr
 
     shared = set(review.methods) & set(short.methods)
     assert shared == {"none", "yarn", "selfextend"} and keys(short, shared) == keys(review, shared)
+
+
+def test_the_gemma3_preset_plans_a_dozen_keys_and_the_same_two_passages_at_every_length():
+    """``gemma3`` on Gemma 3 270M (L = 32768): 16k-128k, every (row, length) plans 12 keys (3 prefills of 4) and
+    2 book passages whose keys differ only in the length (the passages lie past 128k of the book: the same tokens
+    scored at every length), so the rows at 128k hold the 8 keys the page needs and more."""
+    from posenc.evals.suite.presets import SUITE_PRESETS
+    from posenc.evals.suite.spec import plan
+
+    gemma = SUITE_PRESETS["gemma3"].sized(32768)
+    assert gemma.lengths == (16384, 32768, 65536, 131072) and gemma.reference_length == 32768
+    assert len(gemma.methods) == 10 and gemma.prune_from == 131072
+    for n in gemma.lengths:
+        for meth in gemma.methods:
+            cells = [(spec, s) for nn, mm, spec, s in plan(gemma) if (nn, mm) == (n, meth)]
+            keys = sum(spec.options["keys"]["n_keys"] for spec, _ in cells if "keys" in spec.generators)
+            books = sorted((spec.target, spec.reach, s) for spec, s in cells if spec.haystack == "book")
+            assert keys == 12 and books == [(2048, 131072, 0), (2048, 131072, 1)], (meth, n, keys, books)
