@@ -112,7 +112,11 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
 
     ``settled_only`` (a report of an unfinished run): a reason only once the cells it rests on (``method`` at the
     previous length, the untouched model at the reference length) are all finished; None before, so the pair
-    counts as not run yet rather than left out."""
+    counts as not run yet rather than left out.
+
+    A preset judged by the interval rule (``retrieval_kinds`` set) leaves a row out once its verdict at the previous
+    length lost the keys or the perplexity (:func:`_lost_at`); the others, once its retrieval there fell below
+    ``threshold`` x the untouched model's at the reference length (a point estimate)."""
     if preset.prune_from is None or length < preset.prune_from or method == preset.methods[0]:
         return None
     shorter = [n for n in sorted(preset.lengths) if n < length]
@@ -122,6 +126,8 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
     if settled_only and (_unfinished(store, m, preset, method, prev)
                          or _unfinished(store, m, preset, preset.methods[0], preset.reference_length)):
         return None
+    if preset.retrieval_kinds is not None:  # judged by the interval rule: left out once it lost something
+        return _lost_at(store, m, preset, method, prev)
     ref = _retrieval_rate(store, m, preset, preset.methods[0], preset.reference_length)
     rate = _retrieval_rate(store, m, preset, method, prev)
     if ref is None or rate is None:
@@ -130,6 +136,33 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
         return (f"retrieval {rate:.2f} at {prev} was below {preset.threshold:g} x the untouched model's "
                 f"{ref:.2f} at {preset.reference_length}")
     return None
+
+
+def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:
+    """Why ``method`` stops after ``length`` under the interval rule (:mod:`posenc.evals.suite.verdict`): its
+    verdict there, from the finished cells, lost the keys or the perplexity (``keeps perplexity only`` or
+    ``neither``); None while it extends or is undecided, since a row a few keys short of the reference is not
+    yet shown to fail."""
+    from posenc.evals.suite.results import _cells_of, passage_losses, pooled, ppl_ratio, task_counts
+    from posenc.evals.suite.verdict import EXTENDS, UNDECIDED, at_length, ppl_status, retrieval_status
+
+    ref_cells = _cells_of(store, m, preset, preset.methods[0], preset.reference_length)
+    cells = _cells_of(store, m, preset, method, length)
+    if not ref_cells or not cells:
+        return f"its cells at {length} are not finished"
+
+    def keys(c):
+        return pooled(task_counts([a for _, _, v in c for a in v["answers"]]), preset.retrieval_kinds)
+
+    row, ref = keys(cells), keys(ref_cells)
+    ratio = ppl_ratio(passage_losses(cells), passage_losses(ref_cells))
+    verdict = at_length(retrieval_status(row, ref), ppl_status(ratio, preset.ppl_bound))
+    if verdict in (EXTENDS, UNDECIDED):
+        return None
+    ppl = (f", perplexity {ratio['value']:.2f}x the untouched model's at {preset.reference_length}"
+           if ratio is not None else "")
+    return (f"{verdict} at {length} (keys {row['k']}/{row['n']}, the untouched model's {ref['k']}/{ref['n']} at "
+            f"{preset.reference_length}{ppl})")
 
 
 def _machine(device="cpu") -> dict:

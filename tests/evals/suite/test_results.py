@@ -216,3 +216,34 @@ def test_a_context_for_some_rows_adds_paired_passages_and_leaves_the_perplexity_
 def test_a_context_naming_a_row_outside_the_preset_is_refused():
     with pytest.raises(ValueError, match="names rows that are not methods of the preset: \\['dca'\\]"):
         _preset(contexts=(ContextSpec("book", ("niah",), target=8, methods=("none", "dca")),))
+
+
+def test_under_the_interval_rule_a_row_is_left_out_only_once_it_lost_something():
+    """Pruning of an interval-judged preset follows the verdict at the previous length, not a point estimate: a
+    row one key short of the reference (undecided) runs on, a row whose perplexity interval lies above the bound
+    (``neither``) or whose keys' interval lies below the reference's (``keeps perplexity only``) is left out."""
+    from posenc.evals.suite.grid import _pruned
+
+    keys = ContextSpec("noise", ("keys",), seeds=3)
+    book = ContextSpec("book", ("niah",), seeds=2, target=8)
+    preset = _preset(contexts=(keys, book), lengths=(1024, 2048, 4096), prune_from=4096, compare_to=(),
+                     retrieval_kinds=("niah_keys",), methods=("none", "yarn", "selfextend", "dca"))
+    store = Store()
+
+    def put(method, n, hits, losses):
+        params = method_params(method, L, n, FACTS.head_dim, FACTS.base, {})
+        for s in range(3):
+            ans = [{"kind": "niah_keys", "correct": bool(h), "depth": 0.5, "distance": 9, "chance": 0.0}
+                   for h in hits[4 * s:4 * s + 4]]
+            store.put(cell_key("tiny", method, params, n, keys, s, False), {"answers": ans})
+        for s, loss in enumerate(losses):
+            store.put(cell_key("tiny", method, params, n, book, s, False), {"answers": [], "target": {"loss": loss}})
+
+    put("none", 1024, [1] * 8 + [0] * 4, [3.0, 3.2])  # 8/12: Wilson [0.39, 0.86]
+    put("yarn", 2048, [1] * 7 + [0] * 5, [3.02, 3.21])  # 7/12, perplexity kept: undecided, runs on
+    put("selfextend", 2048, [1] * 8 + [0] * 4, [3.5, 3.71])  # keys kept, perplexity x1.66: neither
+    put("dca", 2048, [0] * 12, [3.01, 3.22])  # 0/12: Wilson [0, 0.24] below 0.39: keeps perplexity only
+    assert _pruned(store, FACTS, preset, "yarn", 4096) is None
+    assert _pruned(store, FACTS, preset, "selfextend", 4096).startswith("neither at 2048 (keys 8/12, the untouched")
+    assert _pruned(store, FACTS, preset, "dca", 4096).startswith("keeps perplexity only at 2048 (keys 0/12")
+    assert _pruned(store, FACTS, preset, "none", 4096) is None  # the untouched model always runs
