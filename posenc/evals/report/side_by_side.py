@@ -12,6 +12,7 @@ the interval rule of :mod:`posenc.evals.suite.verdict`, or an earlier run's thre
 from __future__ import annotations
 
 from posenc.evals.report.suite import Table, _k, verdict
+from posenc.evals.report.suite_answer import verdict_text
 
 __all__ = ["MARKS", "block", "rule_line", "table"]
 
@@ -43,7 +44,7 @@ def _keys(rec: dict | None) -> str:
 def _verdict(results: dict, method: str) -> str:
     if _judged(results):
         v = (results.get("verdicts") or {}).get(method)
-        return v["verdict"] if v else "-"
+        return verdict_text(v) if v else "-"
     return verdict(results, method)
 
 

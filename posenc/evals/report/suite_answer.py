@@ -97,16 +97,23 @@ def identity_lines(meta: dict) -> list[str]:
         "every pair as the untouched model does)."]
 
 
+def verdict_text(v: dict) -> str:
+    """A stored interval-rule verdict (:func:`posenc.evals.suite.verdict.judge`'s dict) as a page prints it: its
+    lengths in k (``extends to 65536`` -> ``extends to 64k``)."""
+    verdict = v["verdict"]
+    if verdict.startswith("extends to "):
+        return "extends to " + _k(int(verdict.rsplit(" ", 1)[1]))
+    return verdict
+
+
 def verdict_rows(results: dict) -> list[tuple[str, str, str]]:
     """``(method, verdict, effective length)`` per judged row, the untouched model first."""
     eff = results.get("effective", {})
     out = []
     for m, v in results.get("verdicts", {}).items():
-        verdict = v["verdict"]
+        verdict = verdict_text(v)
         if v.get("undecided_at"):
             verdict += f" (undecided at {_k(v['undecided_at'])})"
-        if verdict.startswith("extends to "):
-            verdict = "extends to " + _k(int(verdict.rsplit(" ", 1)[1]))
         e = (eff.get(m) or {}).get("effective_length")
         out.append((m, verdict, _k(e) if e else "none"))
     return out

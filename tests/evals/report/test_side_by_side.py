@@ -49,3 +49,14 @@ def test_each_run_states_the_rule_it_was_judged_by_and_the_block_is_marked_by_bo
     assert text.startswith("<!-- side-by-side:run-a,run-b:begin -->") and text.endswith(
         "<!-- side-by-side:run-a,run-b:end -->")
     assert "| yarn |" in text and "only_here" not in text
+
+
+def test_a_stored_verdict_prints_its_length_as_the_report_does():
+    """The interval rule stores ``extends to 65536``; the side-by-side prints ``64k``, as the run's own verdict table
+    does (:func:`posenc.evals.report.suite_answer.verdict_rows`), not the raw token count."""
+    from posenc.evals.report.suite_answer import verdict_rows
+
+    run = _interval_run()
+    run["verdicts"]["yarn"] = {"verdict": "extends to 65536"}
+    assert table([run, _threshold_run()]).rows[1][4] == "extends to 64k"
+    assert dict((m, v) for m, v, _ in verdict_rows(run))["yarn"] == "extends to 64k"
