@@ -31,16 +31,26 @@ $(STAMP): pyproject.toml Makefile
 
 # llama.cpp as an optional engine (pyproject extra `llamacpp`): llama-cpp-python==0.3.36 compiled from its sdist with the
 # system's gcc and cmake (--no-binary: a prebuilt wheel is never used), for this CPU (GGML_NATIVE); LLAVA_BUILD=OFF
-# skips the multimodal library posenc never loads. README "Testing" has the build's measured time.
+# skips the multimodal library posenc never loads. NO_AMX: on a CPU with Intel AMX, -march=native compiles ggml's AMX
+# matmul (ggml-cpu/amx), whose first `ldtilecfg` takes a general-protection fault on the project's machines (measured
+# 2026-12-06: dmesg names ggml_backend_amx_mul_mat, though arch_prctl grants the tile permission; why the CPU refuses
+# that tile config was not found): every decode died of SIGSEGV, so the AMX instructions are switched off (GCC lets an explicit -mno-amx-* win over -march=native; AVX-512 and VNNI stay).
+# --no-cache-dir: pip (23.1 on) reuses a wheel it built earlier even under --no-binary, so a build from another machine
+# or with other flags would be installed again; any copy already installed is removed first, so a missing stamp
+# always means a fresh compile. The last step runs a first decode in a child process and stops the build, saying so,
+# if it dies (posenc.hf.llamacpp.check_build). README "Testing" has the build's measured time.
 LLAMACPP_STAMP := $(VENV)/.llamacpp
-LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON '-DCMAKE_C_FLAGS=$(NO_AMX)' '-DCMAKE_CXX_FLAGS=$(NO_AMX)'
 
 llamacpp: $(LLAMACPP_STAMP)
 
 $(LLAMACPP_STAMP): $(STAMP)
+	$(VPY) -m pip uninstall -q -y llama-cpp-python
 	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-		$(VPY) -m pip install -q --no-binary llama-cpp-python -e ".[llamacpp]"
-	$(VPY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'built')"
+		$(VPY) -m pip install -q --no-cache-dir --no-binary llama-cpp-python -e ".[llamacpp]"
+	$(VPY) -c "from posenc.hf.llamacpp import check_build; check_build(); import llama_cpp; \
+		print('llama-cpp-python', llama_cpp.__version__, 'built, and its first decode runs')"
 	touch $@
 
 lint: $(STAMP)

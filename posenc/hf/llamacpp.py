@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupAttention", "llama_cpp", "next_token_logits", "open_gguf", "selfextend_answer", "selfextend_logits"]
+__all__ = ["GroupAttention", "check_build", "llama_cpp", "next_token_logits", "open_gguf", "selfextend_answer",
+           "selfextend_logits"]
 
 
 def llama_cpp():
@@ -42,6 +43,41 @@ def llama_cpp():
         raise ValueError("llama-cpp-python is not installed: `make llamacpp` builds it from source into .venv "
                          "(pip install 'posenc[llamacpp]' --no-binary llama-cpp-python)") from None
     return module
+
+
+#: what :func:`check_build` runs in a fresh process: the bundled model's logits after 32 tokens, through llama.cpp
+_FIRST_DECODE = """
+import sys
+import numpy as np
+from posenc.hf.llamacpp import next_token_logits, open_gguf
+from posenc.hf.source import bundled_gguf
+llm = open_gguf(bundled_gguf("smollm2"), n_ctx=64)
+x = next_token_logits(llm, list(range(100, 132)))
+sys.exit(0 if x.shape == (1, llm.n_vocab()) and np.isfinite(x).all() else 3)
+"""
+
+
+def check_build(timeout: float = 300.0) -> None:
+    """Run llama.cpp's first decode (the bundled SmolLM2, 32 tokens) in a child process; a one-line ``RuntimeError``
+    if it dies or gives non-finite logits. A build compiled for another CPU (``GGML_NATIVE`` on a machine with
+    instructions this one lacks, e.g. a wheel pip cached elsewhere) loads fine and dies with ``SIGILL`` at its first
+    matrix product: this says so once, instead of a crashed test worker per test."""
+    import signal
+    import subprocess
+    import sys
+
+    llama_cpp()
+    done = subprocess.run([sys.executable, "-c", _FIRST_DECODE], capture_output=True, text=True, timeout=timeout)
+    if done.returncode == 0:
+        return
+    if done.returncode < 0:
+        why = f"died of {signal.Signals(-done.returncode).name}"
+    elif done.returncode == 3:
+        why = "gave non-finite logits"
+    else:
+        why = f"failed (exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no output'])[-1]})"
+    raise RuntimeError(f"llama.cpp {why} on its first decode of the bundled model: rebuild it for this machine "
+                       f"with `rm -f .venv/.llamacpp && make llamacpp`")
 
 
 def open_gguf(path, n_ctx: int, *, threads: int = 2, n_batch: int = 512, flash_attn: bool = False, **kw):

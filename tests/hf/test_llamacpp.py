@@ -6,6 +6,7 @@ posenc's finds at 16k."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -93,8 +94,40 @@ def test_a_window_that_is_not_a_multiple_of_the_group_is_refused():
 
 
 # ===================================================================== llama.cpp itself (slow tier, `make llamacpp`)
+@functools.cache
+def _runs() -> str:
+    """'' if llama.cpp's first decode runs in a child process, else why not (once per test process)."""
+    from posenc.hf.llamacpp import check_build
+
+    try:
+        check_build()
+    except RuntimeError as e:
+        return str(e)
+    return ""
+
+
 def _llama_cpp():
-    return pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by `make llamacpp`")
+    module = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built by `make llamacpp`")
+    if _runs():  # a build that dies on this CPU fails each test with the reason, not with a crashed worker
+        pytest.fail(_runs(), pytrace=False)
+    return module
+
+
+@pytest.mark.parametrize("script, said", [("import os, signal; os.kill(os.getpid(), signal.SIGILL)", "died of SIGILL"),
+                                          ("import sys; sys.exit(3)", "gave non-finite logits"),
+                                          ("raise OSError('libllama.so: cannot open')",
+                                           "failed (exit 1: OSError: libllama.so: cannot open)")])
+def test_a_first_decode_that_dies_is_said_in_one_line_naming_the_rebuild(monkeypatch, script, said):
+    import posenc.hf.llamacpp as llamacpp
+
+    monkeypatch.setattr(llamacpp, "llama_cpp", lambda: None)
+    monkeypatch.setattr(llamacpp, "_FIRST_DECODE", script)
+    with pytest.raises(RuntimeError) as e:
+        llamacpp.check_build()
+    assert str(e.value) == f"llama.cpp {said} on its first decode of the bundled model: rebuild it for this " \
+                           "machine with `rm -f .venv/.llamacpp && make llamacpp`"
+    monkeypatch.setattr(llamacpp, "_FIRST_DECODE", "pass")
+    assert llamacpp.check_build() is None
 
 
 def _served(tmp_path, method, **params):
