@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import RESULTS, _status_kb, machine_info, trim_heap, write_json
+from posenc.evals.suite.prefill import matmul_gflops
 
 TRAIN_LEN, HEAD_DIM, BASE = 8192, 64, 1e5
 LENGTHS = (2048, 8192, 16384, 32768)
@@ -62,11 +63,9 @@ DECODE_ONLY_PREFILL_STEP = 512
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    """Best achieved fp32 GFLOP/s of an ``n x n`` matmul (``2 n^3`` flops) on this machine, now."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return 2 * n ** 3 / best / 1e9
+    """Best achieved fp32 GFLOP/s of an ``n x n`` matmul (``2 n^3`` flops) on this machine's CPU, now (the suite's
+    per-cell probe, :func:`posenc.evals.suite.prefill.matmul_gflops`, at this size)."""
+    return matmul_gflops("cpu", n, repeats)
 
 
 def forward_flops(cfg, n: int, layers: int) -> float:

@@ -252,7 +252,7 @@ def tiny(tmp_path_factory):
     return folder
 
 
-_TIMES = ("prefill_s", "decode_s", "seconds", "loadavg", "peak_rss_mb")
+_TIMES = ("prefill_s", "decode_s", "seconds", "loadavg", "peak_rss_mb", "gflops")
 
 
 def _untimed(value: dict) -> dict:

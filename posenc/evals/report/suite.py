@@ -382,8 +382,8 @@ def answer_sections(results: dict) -> list[tuple[str, Table]]:
            ("Paired differences in keys found (the same keys; Newcombe 95%)",
             Table(("length", "method", "minus", "difference", "wins-losses", "separated from 0"),
                   tuple(a.separated_rows(results)))),
-           ("Cost (prefill seconds compared only under a similar load; peak memory not reported)",
-            Table(("method", "length", "prefill", "load", "cells"), tuple(a.cost_rows(results)))),
+           ("Cost (prefill seconds compared only under a similar load and machine speed; peak memory not reported)",
+            Table(("method", "length", "prefill", "load", "matmul GFLOP/s", "cells"), tuple(a.cost_rows(results)))),
            ]
     for n in _grid(results)[1][-2:]:
         out.append((f"Accuracy per task kind at {_k(n)} (the pass key is the control)", task_table(results, n)))

@@ -7,9 +7,11 @@ by distance back (a figure, one panel per length, and a table), the paired perpl
 paired differences in keys found (Newcombe), saying which are separated from zero, and the cost. Rows left out
 are one line. Colours: the lab's family colours (:func:`posenc.evals.report.families.palette`), one per row.
 
-Cost: each cell records the machine's 1-minute load when it started; a prefill time is compared only with those
-measured under a similar load (:data:`LOAD_BAND`), the others are shown as not compared. Peak memory is not
-reported: it was read in a long-lived process, where it depends on what ran before.
+Cost: each cell records the machine's 1-minute load when it started and, newer cells, the machine's matmul speed
+probed right before its prefill; a prefill time is compared only with those measured under a similar load
+(:data:`LOAD_BAND`) and, at a length where cells were probed, on a machine as fast (:data:`SPEED_BAND`); the others
+are shown as not compared. Peak memory is not reported: it was read in a long-lived process, where it depends on
+what ran before.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from pathlib import Path
 from posenc._figures import new_figure, save_png
 from posenc.methods import is_identity
 
-__all__ = ["LOAD_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "identity_lines", "length_rows",
-           "plot_accuracy", "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
+__all__ = ["LOAD_BAND", "SPEED_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "identity_lines",
+           "length_rows", "plot_accuracy", "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
 
 LOAD_BAND = 1.0
 """Two cells' prefill times are compared only when the machine's load at their starts differs by at most this."""
+
+SPEED_BAND = 0.2
+"""At a length where cells probed the machine's matmul speed, a row's prefill time is compared only when every one of
+its cells was probed and the slowest probe is within this fraction of the fastest probe at that length."""
 
 
 def _k(n: int) -> str:
@@ -179,23 +185,44 @@ def ppl_rows(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
 
 
 def cost_rows(results: dict) -> list[tuple[str, ...]]:
-    """Per (method, length): mean prefill seconds and the mean load at the cells' starts; a time is shown only
-    when its load is within :data:`LOAD_BAND` of the lowest load at that length (else "not compared")."""
+    """Per (method, length): mean prefill seconds, the mean load at the cells' starts, the matmul GFLOP/s probed
+    there (lowest-highest) and the cells; a time is shown only when its load is within :data:`LOAD_BAND` of the
+    lowest load at that length and, where that length's cells were probed, its machine within :data:`SPEED_BAND` of
+    the fastest (else "not compared", saying why)."""
     methods, lengths, by = _grid(results)
     out = []
     for n in lengths:
-        loads = [by[(m, n)].get("loadavg") for m in methods if (m, n) in by and by[(m, n)].get("loadavg") is not None]
+        rows = {m: by[(m, n)] for m in methods if (m, n) in by}
+        loads = [r["loadavg"] for r in rows.values() if r.get("loadavg") is not None]
         low = min(loads) if loads else None
-        for m in methods:
-            r = by.get((m, n))
-            if r is None:
-                continue
-            load = r.get("loadavg")
-            ok = load is not None and low is not None and load - low <= LOAD_BAND
-            time = f"{r['prefill_s']:.0f} s" if ok else f"not compared (load {load:.1f} vs {low:.1f})" \
-                if load is not None and low is not None else "not compared (load not recorded)"
-            out.append((m, _k(n), time, "?" if load is None else f"{load:.1f}", str(r.get("cells", ""))))
+        probed = [r["gflops"]["hi"] for r in rows.values() if _probed(r)]
+        top = max(probed) if probed else None
+        any_probe = any(r.get("gflops") for r in rows.values())
+        for m, r in rows.items():
+            load, speed = r.get("loadavg"), r.get("gflops")
+            if load is None or low is None:
+                time = "not compared (load not recorded)"
+            elif load - low > LOAD_BAND:
+                time = f"not compared (load {load:.1f} vs {low:.1f})"
+            elif any_probe and not _probed(r):
+                time = "not compared (machine speed not probed for every cell)"
+            elif any_probe and speed["lo"] < top / (1 + SPEED_BAND):
+                time = f"not compared (matmul {_speed(speed)} vs {top:.0f} GFLOP/s)"
+            else:
+                time = f"{r['prefill_s']:.0f} s"
+            out.append((m, _k(n), time, "?" if load is None else f"{load:.1f}", _speed(speed) if speed else "?",
+                        str(r.get("cells", ""))))
     return out
+
+
+def _probed(r: dict) -> bool:
+    """Whether every cell of the row ``r`` probed the machine's speed."""
+    return bool(r.get("gflops")) and r["gflops"]["cells"] == r.get("cells")
+
+
+def _speed(s: dict) -> str:
+    lo, hi = round(s["lo"]), round(s["hi"])
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
 def plot_accuracy(results: dict, path: Path) -> Path:

@@ -24,7 +24,8 @@ A suite or a tune grid on a large model at long lengths is hundreds of GPU-hours
 
 The driver then writes ``results.json`` and the report from the folder exactly as the sequential run does
 (:func:`posenc.evals.suite.results.write_results`): the results equal the sequential run's but for the timing and
-machine fields (``prefill_s``, ``loadavg``, ``meta.machine``, ...), and ``meta.machine.ray`` describes the cluster.
+machine fields (:data:`posenc.evals.suite.results.MACHINE_FIELDS`, ``meta.machine``, ...), and ``meta.machine.ray``
+describes the cluster.
 The one-machine ``--jobs`` of the lab presets is unchanged.
 
 ``address``: ``None`` (or ``"local"``) starts a local cluster of this machine's CPUs and GPUs for the run and shuts

@@ -18,6 +18,11 @@ The prefill's wall time and the process's peak resident memory during it (Linux 
 prefill through ``/proc/self/clear_refs``) are recorded with the answers; on CUDA the prefill is timed to the end
 of its kernels (``torch.cuda.synchronize``) and the peak GPU memory it allocated is recorded too
 (``peak_gpu_mb``). Every tensor is made on the model's device.
+
+Right before the prefill the machine's speed is probed (:func:`matmul_gflops`: the best of a few float32 matmuls on
+the model's device, about 0.1 s on 2 CPU cores) and recorded as ``gflops``: prefill times of different sittings are
+comparable only where the machines were alike. (YaRN's 128k prefills of Gemma 3 270M took 483 s in one sitting and
+821 s in the next, both on an idle 2-core machine.)
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ import torch
 from posenc.tasks.context import Context
 from posenc.tasks.score import answer_text, score
 
-__all__ = ["cache_kwarg", "greedy_answer", "output_cache", "peak_rss_mb", "reset_peak_rss", "rewind", "run_context",
-           "snapshot"]
+__all__ = ["cache_kwarg", "greedy_answer", "matmul_gflops", "output_cache", "peak_rss_mb", "reset_peak_rss", "rewind",
+           "run_context", "snapshot"]
 
 _STATUS = Path("/proc/self/status")
 
@@ -55,6 +60,22 @@ def peak_rss_mb() -> float | None:
     except OSError:
         return None
     return int(m.group(1)) / 1024 if m else None
+
+
+def matmul_gflops(device="cpu", n: int = 1024, repeats: int = 5) -> float:
+    """The best achieved float32 GFLOP/s of an ``n x n`` matmul (``2 n^3`` flops) on ``device``, now, over
+    ``repeats`` timed runs after one untimed."""
+    device = torch.device(device)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    _sync(device)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9
 
 
 def cache_kwarg(model) -> str:
@@ -126,10 +147,11 @@ def run_context(model, tokenizer, ctx: Context, *, block: int = 64) -> dict:
     """Prefill ``ctx`` once, score its target passage and answer its queries (module docstring). Returns
     ``{"prefill_s", "peak_rss_mb", "target": {"loss", "accuracy", "block_losses", "tokens"} | None,
     "answers": [{"kind", "correct", "fraction", "answer", "depth", "distance", "chance"}], "decode_tokens",
-    "decode_s"}`` (and ``"peak_gpu_mb"`` on CUDA); ``block_losses`` are mean losses over consecutive
+    "decode_s", "gflops"}`` (and ``"peak_gpu_mb"`` on CUDA); ``block_losses`` are mean losses over consecutive
     ``block``-token blocks of the target."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(ctx.ids)], device=device)
+    gflops = matmul_gflops(device)
     reset_peak_rss()
     gpu = {}
     if device.type == "cuda":
@@ -164,4 +186,4 @@ def run_context(model, tokenizer, ctx: Context, *, block: int = 64) -> dict:
                         "answer": answer_text(text, len(q.golds) > 1), "depth": round(ctx.depth(q), 4),
                         "distance": ctx.distance(q), "chance": q.chance})
     return {"prefill_s": prefill_s, "peak_rss_mb": peak, "target": target, "answers": answers,
-            "decode_tokens": decoded, "decode_s": time.perf_counter() - t, **gpu}
+            "decode_tokens": decoded, "decode_s": time.perf_counter() - t, "gflops": gflops, **gpu}

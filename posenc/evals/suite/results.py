@@ -15,7 +15,8 @@ model's name, ``passkey`` the pass-key accuracy):
   chance level): a task the model cannot do within its trained context says nothing about losing context, and
   pooled in it would only add noise (:func:`informative_kinds`; ``reference.kinds`` names them);
 - cost: ``prefill_s`` (mean seconds per prefill), ``peak_rss_mb`` (largest process peak during a prefill),
-  ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load).
+  ``decode_tok_s`` (tokens per second while answering), ``loadavg`` (the machine's 1-minute load), ``gflops``
+  (the machine's matmul speed probed at the cells' starts: :func:`machine_speed`).
 
 Paired differences (``comparisons``, when the preset names ``compare_to`` rows): past the trained length, every
 row against each of those rows on the queries both answered (the same contexts, seeds and needles: a query is its
@@ -38,8 +39,12 @@ from pathlib import Path
 
 from posenc.tasks.ruler import QUERY_KINDS, RETRIEVAL_KINDS
 
-__all__ = ["aggregate", "informative_kinds", "paired_differences", "write_results"]
+__all__ = ["MACHINE_FIELDS", "aggregate", "informative_kinds", "machine_speed", "paired_differences",
+           "write_results"]
 DEPTH_BINS = 5
+
+MACHINE_FIELDS = ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb", "gflops")
+"""The fields of a record that the machine and the moment set: two runs of the same cells differ in these only."""
 
 
 def _interval(k: int, n: int) -> dict:
@@ -158,6 +163,13 @@ def ppl_ratio(losses: dict[str, float], reference: dict[str, float]) -> dict | N
             "hi": math.exp(i.hi) if i.known else None, "n": len(both)}
 
 
+def machine_speed(cells: list[tuple]) -> dict | None:
+    """The lowest and highest matmul GFLOP/s probed at the starts of ``cells`` (``gflops`` of
+    :func:`posenc.evals.suite.prefill.run_context`) and how many cells recorded one; None when none did."""
+    got = [v["gflops"] for _, _, v in cells if v.get("gflops") is not None]
+    return {"lo": min(got), "hi": max(got), "cells": len(got)} if got else None
+
+
 def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds) -> dict:
     """The EvalRecord row of one (method, length)."""
     from posenc.evals.records import EvalRecord
@@ -178,6 +190,7 @@ def _record(name: str, m, preset, method: str, n: int, cells: list[tuple], kinds
              "decode_tok_s": sum(v["decode_tokens"] for _, _, v in cells) / decode_s if decode_s else None,
              "loadavg": statistics.fmean(v["loadavg"][0] for _, _, v in cells if v.get("loadavg", [None])[0]
                                          is not None) if any(v.get("loadavg") for _, _, v in cells) else None,
+             "gflops": machine_speed(cells),
              "cells": len(cells), "by_bin": by_bin(mark_other_key(cells), key_bins_of(preset)),
              "passages": passage_losses(cells)}
     rec = EvalRecord(scheme=name, method=method, train_len=m.train_len, eval_len=n,

@@ -36,7 +36,8 @@ def cell_is_whole(v) -> bool:
                                and all(_number(b) for b in t["block_losses"])))
             and _number(v["prefill_s"]) and _number(v["peak_rss_mb"], none=True) and _number(v["decode_tokens"])
             and _number(v["decode_s"]) and _number(v.get("seconds", 0.0))
-            and (v.get("loadavg") is None or _number(v["loadavg"][0], none=True)))
+            and (v.get("loadavg") is None or _number(v["loadavg"][0], none=True))
+            and _number(v.get("gflops"), none=True))
 
 
 def haystack_of(name: str, tokenizer):

@@ -23,7 +23,7 @@ def _iv(k, n):
     return {"k": k, "n": n, "value": i.value, "lo": i.lo, "hi": i.hi}
 
 
-def results(load=lambda m, n: 2.0) -> dict:
+def results(load=lambda m, n: 2.0, speed=lambda m, n: None) -> dict:
     hits = {"none": (20, 2), "yarn": (20, 15), "selfextend": (21, 20), "ntk": (20, 12), "dca": (20, 19),
             "streaming_llm": (20, 8), "string": (21, 21), "rerope": (19, 5)}
     records = []
@@ -36,6 +36,7 @@ def results(load=lambda m, n: 2.0) -> dict:
                             "ppl_ratio": {"value": 1.0 + 0.1 * i, "lo": 0.95, "hi": 1.1 + 0.2 * i, "n": 4},
                             "ppl_vs": {"none": {"value": 0.9, "lo": 0.8, "hi": 1.0, "n": 4}} if m != "none" else {},
                             "by_bin": bins, "prefill_s": 80.0 * (i + 1), "loadavg": load(m, n),
+                            "gflops": speed(m, n),
                             "tasks": {"niah_keys": {**_iv(k, 24), "chance": 1 / 8}}})
     verdicts = {"none": {"verdict": "keeps perplexity only", "effective_length": L, "undecided_at": None},
                 "selfextend": {"verdict": f"extends to {2 * L}", "effective_length": 2 * L, "undecided_at": None},
@@ -77,6 +78,22 @@ def test_times_measured_under_another_load_are_not_compared():
     res = results(load=lambda m, n: 9.5 if m == "yarn" else 2.0)
     rows = {(m, n): t for m, n, t, *_ in a.cost_rows(res)}
     assert rows[("none", "16k")] == "160 s" and rows[("yarn", "16k")] == "not compared (load 9.5 vs 2.0)"
+
+
+def test_times_from_a_slower_machine_or_unprobed_cells_are_not_compared_where_the_length_was_probed():
+    """At 16k every row probed its cells at 150-160 GFLOP/s but DCA (half its cells at 100: another machine) and
+    ReRoPE (5 of its 11 cells probed); at 8k nothing was probed, so only the load decides there."""
+    def speed(m, n):
+        if n == L:
+            return None
+        lo, cells = {"dca": (100.0, 11), "rerope": (150.0, 5)}.get(m, (150.0, 11))
+        return {"lo": lo, "hi": 160.0, "cells": cells}
+
+    got = {(m, n): (t, g) for m, n, t, _, g, _ in a.cost_rows(results(speed=speed))}
+    assert got[("none", "16k")] == ("160 s", "150-160") and got[("none", "8k")] == ("80 s", "?")
+    assert got[("dca", "16k")] == ("not compared (matmul 100-160 vs 160 GFLOP/s)", "100-160")
+    assert got[("rerope", "16k")] == ("not compared (machine speed not probed for every cell)", "150-160")
+    assert got[("dca", "8k")] == ("80 s", "?")
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -11,9 +11,10 @@ import pytest
 
 from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
 from posenc.evals.suite import cluster as cluster_mod
+from posenc.evals.suite.results import MACHINE_FIELDS
 from posenc.runtime.cells import CellStore, cell_digest
 
-TIMING = ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")  # per record: what the machine and the moment set
+TIMING = MACHINE_FIELDS  # per record: what the machine and the moment set
 
 META_TIMING = ("machine", "cell_seconds_total", "this_sitting_seconds")
 

@@ -11,6 +11,7 @@ from posenc.evals.records import EvalRecord, RetrievalRecord
 from posenc.evals.suite import ContextSpec, SuitePreset, run_suite
 from posenc.evals.suite import grid as grid_mod
 from posenc.evals.suite import spec as spec_mod
+from posenc.evals.suite.results import MACHINE_FIELDS
 from posenc.runtime.cells import CellStore
 from posenc.runtime.lock import FolderInUseError, FolderLock
 
@@ -96,9 +97,9 @@ def test_an_interrupted_run_resumes_without_recomputing_a_cell(tiny, tmp_path, m
     resumed = run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
     assert len(counted) == 6  # only the six unfinished cells ran (of 10: SelfExtend at L shares the untouched cells)
     clean = run_suite(_preset(tiny), tmp_path / "b", progress=False, log=lambda m: None)
-    strip = [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+    strip = [{k: v for k, v in r.items() if k not in MACHINE_FIELDS}
              for r in resumed["records"]]
-    assert strip == [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+    assert strip == [{k: v for k, v in r.items() if k not in MACHINE_FIELDS}
                      for r in clean["records"]]
     counted.clear()
     run_suite(_preset(tiny), tmp_path / "a", progress=False, log=lambda m: None)
@@ -233,7 +234,7 @@ def _counting(monkeypatch):
 
 
 def _strip(records):
-    return [{k: v for k, v in r.items() if k not in ("prefill_s", "decode_tok_s", "loadavg", "peak_rss_mb")}
+    return [{k: v for k, v in r.items() if k not in MACHINE_FIELDS}
             for r in records]
 
 

@@ -5,7 +5,8 @@ forward."""
 import pytest
 import torch
 
-from posenc.evals.suite.prefill import cache_kwarg, greedy_answer, output_cache, run_context
+from posenc.evals.suite import prefill
+from posenc.evals.suite.prefill import cache_kwarg, greedy_answer, matmul_gflops, output_cache, run_context
 from posenc.tasks.context import build_context
 from posenc.tasks.haystack import make_haystack
 
@@ -24,7 +25,7 @@ def test_one_task_of_each_kind_at_1k(smol, hay):
                                ("noise", ("vt",), 0), ("noise", ("cwe",), 0)):
         ctx = build_context(tok, hay[name], 1024, gens, seed=0, target=target)
         r = run_context(model, tok, ctx)
-        assert r["prefill_s"] > 0 and (r["peak_rss_mb"] is None or r["peak_rss_mb"] > 100)
+        assert r["prefill_s"] > 0 and (r["peak_rss_mb"] is None or r["peak_rss_mb"] > 100) and r["gflops"] > 1
         for a in r["answers"]:
             got.setdefault(a["kind"], []).append(a)
             assert isinstance(a["correct"], bool) and 0 <= a["fraction"] <= 1 and 0 < a["distance"] <= 1024
@@ -64,3 +65,11 @@ def test_target_perplexity_from_the_shared_prefill_equals_a_full_forward(smol, h
         logits = model(ids, use_cache=False).logits[0, -129:-1]
     loss = torch.nn.functional.cross_entropy(logits, ids[0, -128:]).item()
     assert abs(loss - r["target"]["loss"]) < 1e-4
+
+
+def test_the_speed_probe_is_the_best_of_its_timed_matmuls(monkeypatch):
+    """``matmul_gflops``: ``2 n^3`` flops over the shortest of ``repeats`` timed products (a clock that makes the
+    third the fastest)."""
+    ticks = iter([0.0, 0.04, 1.0, 1.03, 2.0, 2.01, 3.0, 3.05])
+    monkeypatch.setattr(prefill.time, "perf_counter", lambda: next(ticks))
+    assert matmul_gflops("cpu", n=64, repeats=4) == pytest.approx(2 * 64 ** 3 / 0.01 / 1e9)

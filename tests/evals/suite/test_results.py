@@ -247,3 +247,11 @@ def test_under_the_interval_rule_a_row_is_left_out_only_once_it_lost_something()
     assert _pruned(store, FACTS, preset, "selfextend", 4096).startswith("neither at 2048 (keys 8/12, the untouched")
     assert _pruned(store, FACTS, preset, "dca", 4096).startswith("keeps perplexity only at 2048 (keys 0/12")
     assert _pruned(store, FACTS, preset, "none", 4096) is None  # the untouched model always runs
+
+
+def test_a_rows_machine_speed_is_the_range_of_its_cells_probes_and_how_many_probed():
+    from posenc.evals.suite.results import machine_speed
+
+    cells = [(None, None, {"gflops": 150.0}), (None, None, {"gflops": 90.0}), (None, None, {"prefill_s": 1.0})]
+    assert machine_speed(cells) == {"lo": 90.0, "hi": 150.0, "cells": 2}
+    assert machine_speed([(None, None, {"gflops": None}), (None, None, {})]) is None
