@@ -30,7 +30,9 @@ LOAD_BAND = 1.0
 
 SPEED_BAND = 0.2
 """At a length where cells probed the machine's matmul speed, a row's prefill time is compared only when every one of
-its cells was probed and the slowest probe is within this fraction of the fastest probe at that length."""
+its cells was probed and the slowest probe is within this fraction of the fastest probe at that length. Measured: the
+first five probed 128k Gemma 3 cells, one machine and sitting, probed 323-353 GFLOP/s (9% apart) and prefilled in
+594-628 s."""
 
 
 def _k(n: int) -> str:
