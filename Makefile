@@ -34,7 +34,8 @@ $(STAMP): pyproject.toml Makefile
 # skips the multimodal library posenc never loads. NO_AMX: on a CPU with Intel AMX, -march=native compiles ggml's AMX
 # matmul (ggml-cpu/amx), whose first `ldtilecfg` takes a general-protection fault on the project's machines (measured
 # 2026-12-06: dmesg names ggml_backend_amx_mul_mat, though arch_prctl grants the tile permission; why the CPU refuses
-# that tile config was not found): every decode died of SIGSEGV, so the AMX instructions are switched off (GCC lets an explicit -mno-amx-* win over -march=native; AVX-512 and VNNI stay).
+# that tile config was not found): every decode died of SIGSEGV, so the AMX instructions are switched off (GCC lets
+# an explicit -mno-amx-* win over -march=native; AVX-512 and VNNI stay).
 # --no-cache-dir: pip (23.1 on) reuses a wheel it built earlier even under --no-binary, so a build from another machine
 # or with other flags would be installed again; any copy already installed is removed first, so a missing stamp
 # always means a fresh compile. The last step runs a first decode in a child process and stops the build, saying so,
