@@ -78,12 +78,6 @@ def forward_flops(cfg, n: int, layers: int) -> float:
     return float(per * layers + 2 * d * cfg.vocab_size)
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def load_model(layers: int | None):
     """SmolLM2-135M-Instruct in float32, cut to its first ``layers`` decoder layers (None: all 30)."""
     from posenc.hf.source import load_source
