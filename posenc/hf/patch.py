@@ -643,6 +643,9 @@ def load(path, **kwargs):
 
     from posenc.hf.saved import is_wrapped, model_config, read_config_json, unwrap_config
 
+    # transformers' auto class hands a remote-code class its private keys (``_from_auto`` since 5.25); the
+    # AutoModelForCausalLM call below sets them itself, and twice is a TypeError
+    kwargs = {key: value for key, value in kwargs.items() if not key.startswith("_")}
     raw = read_config_json(path)
     spec = None
     if is_wrapped(raw):  # the model's own config class from base_config: posenc_extended.py is not executed
