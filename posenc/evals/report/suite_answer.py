@@ -212,8 +212,8 @@ def cost_rows(results: dict) -> list[tuple[str, ...]]:
                 time = f"not compared (matmul {_speed(speed)} vs {top:.0f} GFLOP/s)"
             else:
                 time = f"{r['prefill_s']:.0f} s"
-            out.append((m, _k(n), time, "?" if load is None else f"{load:.1f}", _speed(speed) if speed else "?",
-                        str(r.get("cells", ""))))
+            out.append((m, _k(n), time, "not recorded" if load is None else f"{load:.1f}",
+                        _speed(speed) if speed else "not probed", str(r.get("cells", ""))))
     return out
 
 
