@@ -117,6 +117,11 @@ ENGINE_TESTS := \
 	tests/parts/test_remap.py::test_pcw_mask_and_positions_hand_written \
 	tests/parts/test_remap.py::test_streaming_relative_positions_match_cache_slots \
 	tests/parts/test_remap.py::test_remap_capabilities_agree_with_the_methods
+# The default tier's two workers run torch on one thread each: with torch's default (every core in every worker)
+# their OpenMP threads oversubscribe the 2 cores and wait on each other; on 2 idle cores the default tier took 873 s
+# that way and 591 s with one thread each (tests/evals/suite/test_grid.py: 259-293 s against 67-68 s). The slow
+# tier keeps the default: its real-model prefills use both cores whenever the other worker is idle.
+ONE_THREAD := OMP_NUM_THREADS=1
 NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554432
 
 # Two tiers (README "Testing"): `make test` is the default tier, everything not marked slow, plus the docs build;
@@ -125,8 +130,8 @@ NAN_FILL_ENV := POSENC_NAN_FILL=1 MALLOC_PERTURB_=1 MALLOC_MMAP_THRESHOLD_=33554
 SLOW_LIMIT ?= 2400
 
 test: $(STAMP) lint docs
-	$(VPY) -m pytest -n 2 -q -m "not slow" --durations=25 tests
-	$(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
+	$(ONE_THREAD) $(VPY) -m pytest -n 2 -q -m "not slow" --durations=25 tests
+	$(ONE_THREAD) $(NAN_FILL_ENV) $(VPY) -m pytest -n 2 -q -p no:cacheprovider $(ENGINE_TESTS)
 
 test-slow: $(STAMP)
 	timeout $(SLOW_LIMIT) $(VPY) -m pytest -n 2 -q -p no:cacheprovider -m slow --durations=25 tests

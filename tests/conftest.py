@@ -19,15 +19,6 @@ from posenc.models.tinylm import LMConfig, TinyLM
 from posenc.scheme.core import PositionScheme
 from tests.support.corpus import write_corpus
 
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and "OMP_NUM_THREADS" not in os.environ:
-    # pytest -n N: N workers share the machine's cores, so each gets its share of threads (and passes it to the
-    # processes it starts). With torch's default (every core in every worker), oversubscribed OpenMP threads wait
-    # on each other: on 2 idle cores `pytest -n 2` ran tests/evals/suite/test_grid.py in 259-293 s against 67-68 s
-    # this way, and the default tier (-m "not slow") in 873 s against 591 s.
-    _THREADS = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    os.environ["OMP_NUM_THREADS"] = str(_THREADS)
-    torch.set_num_threads(_THREADS)
-
 if os.environ.get("POSENC_NAN_FILL") == "1":
     # fill_uninitialized_memory only acts under deterministic algorithms; warn_only keeps ops that have
     # no deterministic implementation running (with a warning) instead of raising
