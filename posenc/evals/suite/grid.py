@@ -33,7 +33,6 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -276,8 +275,7 @@ def run_suite(preset: SuitePreset, out_dir, *, cells_dir=None, progress: bool = 
                     return run_cells(p, m, store, progress=progress and not report_only, log=log, pruned=pruned,
                                      missing=missing)
             if preset.floor is not None and not report_only:  # the reference first: is there one to judge by?
-                cells_of(replace(preset, methods=preset.methods[:1], lengths=(preset.reference_length,),
-                                 compare_to=()))
+                cells_of(preset.only(preset.methods[:1], (preset.reference_length,)))
                 check_floor(store, m, preset, cells)
             skipped = cells_of(preset, missing)
             elapsed = time.perf_counter() - t0

@@ -6,7 +6,7 @@ of a preset (:func:`plan`), and the facts about the model a run needs (:class:`M
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -118,14 +118,22 @@ class SuitePreset:
         """Whether the lengths still wait for the model's trained length (:meth:`sized`)."""
         return self.length_factors is not None
 
+    def only(self, methods: tuple[str, ...], lengths: tuple[int, ...]) -> SuitePreset:
+        """This preset cut down to the rows ``methods`` at ``lengths`` (e.g. the untouched model at the reference
+        length, run first against the floor): ``compare_to`` and each context's rows kept to those methods, and a
+        context run for none of them dropped, so the cut preset is valid wherever the whole one is."""
+        contexts = tuple(c if c.methods is None else replace(c, methods=tuple(m for m in c.methods if m in methods))
+                         for c in self.contexts)
+        return replace(self, methods=tuple(methods), lengths=tuple(lengths),
+                       compare_to=tuple(m for m in self.compare_to if m in methods),
+                       contexts=tuple(c for c in contexts if c.methods is None or c.methods))
+
     def sized(self, train_len: int, lengths=None) -> SuitePreset:
         """This preset for a model trained at ``train_len`` = ``L``: the lengths ``L x length_factors`` (or
         ``lengths``, with ``L`` added: the reference is the untouched model at ``L``), the reference length ``L``,
         every ``"L/d"`` target ``L // d`` and every ``keys`` context's bins the model's
         (:func:`posenc.tasks.ruler.key_bins`). A preset with fixed lengths keeps them (``lengths``, when given,
         replaces them; its reference length must be among them)."""
-        from dataclasses import replace
-
         from posenc.tasks.ruler import key_bins
 
         contexts = tuple(_sized_context(c, train_len, key_bins(train_len)) for c in self.contexts)
@@ -139,8 +147,6 @@ class SuitePreset:
 
 
 def _sized_context(spec: ContextSpec, train_len: int, bins) -> ContextSpec:
-    from dataclasses import replace
-
     target = spec.target
     if isinstance(target, str):
         head, _, div = target.partition("/")

@@ -488,6 +488,24 @@ def test_below_the_floor_the_run_stops_after_the_reference_cells(tmp_path):
     assert "None: no method is judged." in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_the_reference_cells_run_first_even_when_a_context_is_for_some_rows_only(tmp_path):
+    """A preset whose contexts name rows (more passages for the compared rows, one context for another row only)
+    and which compares with a row: the untouched model's cells at the trained length still run first, those of
+    the contexts it is named in (or that name no rows), and the floor then stops the run."""
+    from dataclasses import replace
+
+    model = _trained_at(tmp_path / "m", L)
+    preset = _derived(model, compare_to=("selfextend",))
+    preset = replace(preset, contexts=preset.contexts + (
+        ContextSpec("book", ("passkey",), seeds=1, first_seed=2, target="L/16", methods=("none", "selfextend")),
+        ContextSpec("book", ("passkey",), seeds=1, first_seed=3, target="L/16", methods=("selfextend",))))
+    ran = []
+    with pytest.raises(ValueError, match="below the floor 0.5"):
+        run_suite(preset, tmp_path / "out", progress=False, log=ran.append, lengths=(1024, 2048))
+    assert ran and all(line.split()[1:4] == ["none", "@", "1024"] for line in ran)
+    assert len(CellStore(tmp_path / "out" / "cells")) == 4  # 1 noise + 2 book + the third context's one
+
+
 def test_past_the_floor_the_run_uses_the_models_lengths_and_judges_by_the_interval_rule(tmp_path, monkeypatch):
     """The scorer patched to find every key: lengths L/2..4L of the model's L, verdicts and effective lengths by
     posenc.evals.suite.verdict, keys by distance bin, perplexity ratios over the passages, the answer-first report."""

@@ -91,3 +91,17 @@ def test_a_contexts_reach_is_in_its_cell_key_only_when_set():
     plain, far = ContextSpec("book", ("niah",), target=64), ContextSpec("book", ("niah",), target=64, reach=131072)
     a, b = (cell_key("m:llama", "none", {}, 4096, spec, 0, False) for spec in (plain, far))
     assert "reach" not in a and b == {**a, "reach": 131072}
+
+
+def test_a_preset_cut_to_some_rows_keeps_each_contexts_rows_and_comparisons_to_them():
+    """``SuitePreset.only``: a context naming rows keeps those among the kept rows, one naming none of them is
+    dropped, one naming no rows stays; ``compare_to`` keeps the kept rows; the whole preset is left as it was."""
+    every = ContextSpec("noise", ("keys",))
+    some = ContextSpec("book", ("passkey",), target=32, methods=("none", "yarn"))
+    other = ContextSpec("book", ("passkey",), target=32, first_seed=1, methods=("yarn",))
+    whole = SuitePreset(name="cut", description="test", lengths=(L, 2 * L), methods=("none", "yarn"),
+                        contexts=(every, some, other), reference_length=L, compare_to=("none", "yarn"))
+    cut = whole.only(("none",), (L,))
+    assert cut.methods == ("none",) and cut.lengths == (L,) and cut.compare_to == ("none",)
+    assert cut.contexts == (every, ContextSpec("book", ("passkey",), target=32, methods=("none",)))
+    assert whole.contexts == (every, some, other) and whole.compare_to == ("none", "yarn")
