@@ -30,9 +30,10 @@ LOAD_BAND = 1.0
 
 SPEED_BAND = 0.2
 """At a length where cells probed the machine's matmul speed, a row's prefill time is compared only when every one of
-its cells was probed and the slowest probe is within this fraction of the fastest probe at that length. Measured: the
-first five probed 128k Gemma 3 cells, one machine and sitting, probed 323-353 GFLOP/s (9% apart) and prefilled in
-594-628 s."""
+its cells was probed and all its probes lie within this fraction of the length's typical speed: the median, over the
+fully probed rows there, of each row's fastest probe. A median, not the fastest probe, so that one fast cell does not
+exclude every other row. Measured: the first five probed 128k Gemma 3 cells, one machine and sitting, probed 323-353
+GFLOP/s (9% apart) and prefilled in 594-628 s."""
 
 
 def _k(n: int) -> str:
@@ -190,15 +191,15 @@ def cost_rows(results: dict) -> list[tuple[str, ...]]:
     """Per (method, length): mean prefill seconds, the mean load at the cells' starts, the matmul GFLOP/s probed
     there (lowest-highest) and the cells; a time is shown only when its load is within :data:`LOAD_BAND` of the
     lowest load at that length and, where that length's cells were probed, its machine within :data:`SPEED_BAND` of
-    the fastest (else "not compared", saying why)."""
+    the length's typical speed (else "not compared", saying why)."""
     methods, lengths, by = _grid(results)
     out = []
     for n in lengths:
         rows = {m: by[(m, n)] for m in methods if (m, n) in by}
         loads = [r["loadavg"] for r in rows.values() if r.get("loadavg") is not None]
         low = min(loads) if loads else None
-        probed = [r["gflops"]["hi"] for r in rows.values() if _probed(r)]
-        top = max(probed) if probed else None
+        probed = sorted(r["gflops"]["hi"] for r in rows.values() if _probed(r))
+        typical = _median(probed) if probed else None
         any_probe = any(r.get("gflops") for r in rows.values())
         for m, r in rows.items():
             load, speed = r.get("loadavg"), r.get("gflops")
@@ -208,13 +209,24 @@ def cost_rows(results: dict) -> list[tuple[str, ...]]:
                 time = f"not compared (load {load:.1f} vs {low:.1f})"
             elif any_probe and not _probed(r):
                 time = "not compared (machine speed not probed for every cell)"
-            elif any_probe and speed["lo"] < top / (1 + SPEED_BAND):
-                time = f"not compared (matmul {_speed(speed)} vs {top:.0f} GFLOP/s)"
+            elif any_probe and not _in_band(speed, typical):
+                time = f"not compared (matmul {_speed(speed)} vs typical {typical:.0f} GFLOP/s)"
             else:
                 time = f"{r['prefill_s']:.0f} s"
             out.append((m, _k(n), time, "not recorded" if load is None else f"{load:.1f}",
                         _speed(speed) if speed else "not probed", str(r.get("cells", ""))))
     return out
+
+
+def _in_band(speed: dict, typical: float) -> bool:
+    """Whether every probe of a row (``lo``-``hi`` GFLOP/s) lies within :data:`SPEED_BAND` of ``typical``."""
+    return typical / (1 + SPEED_BAND) <= speed["lo"] and speed["hi"] <= typical * (1 + SPEED_BAND)
+
+
+def _median(xs: list[float]) -> float:
+    """The median of the sorted, non-empty ``xs``."""
+    k = len(xs) // 2
+    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
 
 
 def _probed(r: dict) -> bool:

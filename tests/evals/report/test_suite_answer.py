@@ -91,9 +91,20 @@ def test_times_from_a_slower_machine_or_unprobed_cells_are_not_compared_where_th
 
     got = {(m, n): (t, g) for m, n, t, _, g, _ in a.cost_rows(results(speed=speed))}
     assert got[("none", "16k")] == ("160 s", "150-160") and got[("none", "8k")] == ("80 s", "not probed")
-    assert got[("dca", "16k")] == ("not compared (matmul 100-160 vs 160 GFLOP/s)", "100-160")
+    assert got[("dca", "16k")] == ("not compared (matmul 100-160 vs typical 160 GFLOP/s)", "100-160")
     assert got[("rerope", "16k")] == ("not compared (machine speed not probed for every cell)", "150-160")
     assert got[("dca", "8k")] == ("80 s", "not probed")
+
+
+def test_one_fast_cell_leaves_the_other_rows_compared_and_is_itself_not_compared():
+    """The band is around the length's typical speed (the median row), not its fastest probe: YaRN's cells ran on a
+    machine twice as fast, so its time is not compared, and the rows at 150-160 GFLOP/s still are."""
+    def speed(m, n):
+        return {"lo": 150.0, "hi": 320.0 if m == "yarn" else 160.0, "cells": 11}
+
+    got = {(m, n): t for m, n, t, *_ in a.cost_rows(results(speed=speed))}
+    assert got[("none", "16k")] == "160 s" and got[("selfextend", "16k")] == "160 s"
+    assert got[("yarn", "16k")] == "not compared (matmul 150-320 vs typical 160 GFLOP/s)"
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
