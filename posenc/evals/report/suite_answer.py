@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from statistics import median
 
 from posenc._figures import new_figure, save_png
 from posenc.methods import is_identity
@@ -198,8 +199,8 @@ def cost_rows(results: dict) -> list[tuple[str, ...]]:
         rows = {m: by[(m, n)] for m in methods if (m, n) in by}
         loads = [r["loadavg"] for r in rows.values() if r.get("loadavg") is not None]
         low = min(loads) if loads else None
-        probed = sorted(r["gflops"]["hi"] for r in rows.values() if _probed(r))
-        typical = _median(probed) if probed else None
+        probed = [r["gflops"]["hi"] for r in rows.values() if _probed(r)]
+        typical = median(probed) if probed else None
         any_probe = any(r.get("gflops") for r in rows.values())
         for m, r in rows.items():
             load, speed = r.get("loadavg"), r.get("gflops")
@@ -221,12 +222,6 @@ def cost_rows(results: dict) -> list[tuple[str, ...]]:
 def _in_band(speed: dict, typical: float) -> bool:
     """Whether every probe of a row (``lo``-``hi`` GFLOP/s) lies within :data:`SPEED_BAND` of ``typical``."""
     return typical / (1 + SPEED_BAND) <= speed["lo"] and speed["hi"] <= typical * (1 + SPEED_BAND)
-
-
-def _median(xs: list[float]) -> float:
-    """The median of the sorted, non-empty ``xs``."""
-    k = len(xs) // 2
-    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
 
 
 def _probed(r: dict) -> bool:
