@@ -1,7 +1,8 @@
 """The "which method for my model" page (``docs/results/which-method.md``), rendered from the committed verdict tables:
-the real-model suite (:func:`posenc.evals.report.suite.verdict`, per-method retrieval with 95% Wilson intervals and
-n, perplexity with its interval), its paired comparisons (Newcombe intervals of the difference) and the lab's
-headline verdicts for models trained from scratch (:func:`posenc.evals.report.headline.headline`).
+the real-model suite (per-method keys found with 95% Wilson intervals and n, perplexity with its interval, and the
+verdict its run was judged by: the interval rule of :mod:`posenc.evals.suite.verdict`, or an earlier run's threshold
+rule, :func:`posenc.evals.report.suite.verdict`), its paired comparisons (Newcombe intervals of the difference) and
+the lab's headline verdicts for models trained from scratch (:func:`posenc.evals.report.headline.headline`).
 
 Nothing on the page is typed by hand: each number is read from a committed file under ``benchmarks/results/``
 (named in the page's ``<!-- source: ... -->`` comments, so ``tests/repo/test_readme_numbers.py`` reads it back too),
@@ -22,6 +23,19 @@ RESULTS = Path("benchmarks/results")
 RUNS = {"real": "suite-smollm2-full", "paired": "suite-smollm2-paired16k", "trained": "bench-standard",
         "training_time": "bench-training_time"}
 GROUPS = ("extends", "keeps perplexity only", "neither")
+#: the interval rule's groups (:mod:`posenc.evals.suite.verdict`), in the page's order
+INTERVAL_GROUPS = ("extends", "undecided", "keeps perplexity only", "neither")
+#: where each real-model run is discussed (the page's links)
+RUN_PAGES = {"suite-smollm2-full": "smollm2.md#the-full-run-preset-smollm2_full",
+             "suite-smollm2-paired16k": "smollm2.md#paired-comparisons-at-16k-preset-smollm2_paired16k",
+             "suite-smollm2-review": "smollm2.md#the-review-run-preset-smollm2_review",
+             "suite-gemma3": "gemma3.md#the-suite-preset-gemma3"}
+TITLES = {"extends": "Try first: these extend it (best first: most keys found past the trained length, then the "
+                     "lowest perplexity at the longest length)",
+          "undecided": "Undecided: an interval spans its threshold at the first length past the trained one (more "
+                       "keys or passages would decide)",
+          "keeps perplexity only": "These keep its perplexity but lose far keys (fine for text, not for retrieval)",
+          "neither": "These do neither"}
 
 
 def _load(root: Path, run: str) -> dict:
@@ -64,11 +78,92 @@ def _group(verdict: str) -> str:
     return next(g for g in GROUPS if verdict.startswith(g) or g == "neither")
 
 
+def _judged(res: dict) -> bool:
+    """Whether the run was judged by the interval rule (its ``reference`` says so), not the earlier threshold."""
+    return (res.get("reference") or {}).get("rule") == "interval"
+
+
+def _link(run: str, text: str) -> str:
+    return f"[{text}]({RUN_PAGES.get(run, 'smollm2.md')})"
+
+
+def _ratio(rec: dict | None) -> str:
+    """The paired perplexity ratio to the untouched model at L, with its t interval over passages."""
+    r = (rec or {}).get("ppl_ratio")
+    if not r or r.get("value") is None:
+        return "-"
+    return f"{r['value']:.2f}" + (f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else "")
+
+
+def _real_interval(res: dict) -> tuple[list[str], list[str]]:
+    """The real-model section of a run judged by the interval rule: each row's stored verdict, its keys with their
+    Wilson intervals and its perplexity ratio with its interval at every length past L, grouped by verdict."""
+    from posenc.evals.report.suite_answer import verdict_text
+
+    meta, ref = res["meta"], res["reference"]
+    train, iv = meta["train_len"], ref["interval"]
+    past = sorted({r["eval_len"] for r in res["records"] if r["eval_len"] > train})
+    by = {(r["method"], r["eval_len"]): r for r in res["records"]}
+    verdicts = res["verdicts"]
+    untouched = ref["method"]
+
+    def rank(m: str):
+        """Most keys found past the trained length first, then the lowest perplexity ratio at the longest length."""
+        found = sum(((by.get((m, n)) or {}).get("retrieval") or {}).get("k") or 0 for n in past)
+        ratios = [((by.get((m, n)) or {}).get("ppl_ratio") or {}).get("value") for n in past]
+        ran = [r for r in ratios if r is not None]
+        return -found, -len(ran), ran[-1] if ran else float("inf")
+
+    def group(m: str) -> str:
+        v = verdicts[m]["verdict"]
+        return next((g for g in INTERVAL_GROUPS if v.startswith(g)), "neither")
+
+    model = meta["model"].split(":")[0]
+    lines = ["## A pretrained RoPE model: extend it without training", "",
+             f"Measured on one model, {model} (trained at {_k(train)} tokens; {meta['model'].split(': ', 1)[-1]}), "
+             f"read at {', '.join(_k(n) for n in past)} with every training-free method at the parameters its "
+             f"record gives for that length (`posenc bench --preset {meta['preset']}`, "
+             f"{_link(RUNS['real'], 'the run')}). The verdict is the "
+             f"suite's interval rule (`posenc.evals.suite.verdict`): at a length a method **extends** when the "
+             f"Wilson 95% interval of its keys lies at or above the lower end of the untouched model's at "
+             f"{_k(train)} ({iv['k']}/{iv['n']}, [{iv['lo']:.2f}, {iv['hi']:.2f}]) and its perplexity over the "
+             f"untouched model's at {_k(train)}, on the same passages, has a 95% interval below "
+             f"{ref['ppl_bound']:g}; it is **undecided** when an interval spans its threshold, **keeps perplexity "
+             f"only** when the keys are lost, **neither** when the perplexity is; 'extends to N': at every length "
+             f"from {_k(train)} to N. RULER (arXiv 2404.06654) instead compares a mean score with a fixed 85.6%. "
+             "Keys: labelled keys found / asked, with the Wilson interval; PPL: the geometric mean of the ratio to the "
+             f"untouched model at {_k(train)} over the passages, with its t interval.", ""]
+    head = ("| method | verdict | " + " | ".join(f"keys at {_k(n)}" for n in past) + " | "
+            + " | ".join(f"PPL ratio at {_k(n)}" for n in past) + " |")
+    sep = "|---|---|" + "---|" * (2 * len(past))
+    methods = [m for m in verdicts if m != untouched]
+    extends = []
+    for g in INTERVAL_GROUPS:
+        rows = sorted((m for m in methods if group(m) == g), key=rank)
+        if g == "extends":
+            extends = rows
+        if not rows and g != "extends":
+            continue
+        lines += [f"### {TITLES[g]}", "", head, sep]
+        for m in [untouched, *rows] if g == "extends" else rows:
+            v = verdicts[m]
+            shown = "untouched (the reference)" if m == untouched else verdict_text(v) + (
+                f" (undecided at {_k(v['undecided_at'])})" if v.get("undecided_at") else "")
+            lines.append(f"| `{m}` | {shown} | " + " | ".join(_keys(by.get((m, n))) for n in past)
+                         + " | " + " | ".join(_ratio(by.get((m, n))) for n in past) + " |")
+        lines.append("")
+    lines += [f"![keys found against length, Wilson intervals, one line per method]"
+              f"({_up()}{RESULTS.as_posix()}/{RUNS['real']}/accuracy_by_length.png)", ""]
+    return lines, extends
+
+
 def _real(root: Path) -> tuple[list[str], list[str]]:
     """The real-model section's lines and the methods that extend the model (best first)."""
     from posenc.evals.report.suite import KEEPS_PPL, verdict
 
     res = _load(root, RUNS["real"])
+    if _judged(res):
+        return _real_interval(res)
     meta, ref = res["meta"], res["reference"]
     train = meta["train_len"]
     lengths = sorted({r["eval_len"] for r in res["records"]})
@@ -126,20 +221,36 @@ def _real(root: Path) -> tuple[list[str], list[str]]:
 
 
 def _paired(root: Path, extends: list[str]) -> list[str]:
-    """The paired comparisons against each reference method, and what they let one say."""
-    res = _load(root, RUNS["paired"])
-    comps = res["comparisons"]
+    """The paired comparisons against each reference method, and what they let one say: from the real-model run
+    itself when it was judged by the interval rule (its keys are the same for every row), else from the paired
+    run."""
+    real = _load(root, RUNS["real"])
+    run = RUNS["real"] if _judged(real) else RUNS["paired"]
+    res = real if _judged(real) else _load(root, RUNS["paired"])
+    lines = [] if run == RUNS["real"] else [_source(run), ""]
+    train = res["meta"]["train_len"]
+    comps = [c for c in res["comparisons"] if c["length"] > train]
+    for length in sorted({c["length"] for c in comps}):
+        at = [c for c in comps if c["length"] == length]
+        lines += _paired_table(at, length, extends, run, first=length == min(c["length"] for c in comps))
+    return lines
+
+
+def _paired_table(comps: list[dict], length: int, extends: list[str], run: str, first: bool) -> list[str]:
+    """One length's paired differences: each row minus each reference method on the same keys."""
     versus = list(dict.fromkeys(c["versus"] for c in comps))
-    n = comps[0]["n"]
-    length = comps[0]["length"]
-    lines = [_source(RUNS["paired"]), "",
-             f"### Is one of them better? Paired comparisons at {_k(length)}", "",
-             f"The table above asks each method few keys, so its intervals overlap. A second run "
-             f"([paired comparisons](smollm2.md#paired-comparisons-at-16k-preset-smollm2_paired16k)) asks "
-             f"every method the same {n} pass keys at {_k(length)}; each cell is this row's share of keys found minus "
-             f"the column's, with its 95% Newcombe interval for paired answers (wins / losses: keys only one of the "
-             f"two found).", "",
-             "| method | " + " | ".join(f"minus `{v}`" for v in versus) + " |", "|---|" + "---|" * len(versus)]
+    n = max(c["n"] for c in comps)
+    where = (f"every method is asked the same {n} keys at {_k(length)}" if run == RUNS["real"] else
+             f"a second run ({_link(run, 'paired comparisons')}) asks every method the same {n} pass keys at "
+             f"{_k(length)}")
+    lines = [f"### Is one of them better? Paired comparisons at {_k(length)}", ""]
+    if first:
+        lines += [f"Each row's own interval overlaps its neighbours', so compare on the same keys: {where}; each cell "
+                  "is this row's share of keys found minus the column's, with its 95% Newcombe interval for paired "
+                  "answers (wins / losses: keys only one of the two found).", ""]
+    else:
+        lines += [f"The same at {_k(length)}, where {n} keys were asked.", ""]
+    lines += ["| method | " + " | ".join(f"minus `{v}`" for v in versus) + " |", "|---|" + "---|" * len(versus)]
     rows = list(dict.fromkeys(c["method"] for c in comps))
     by = {(c["method"], c["versus"]): c for c in comps}
     separated = []
@@ -154,12 +265,11 @@ def _paired(root: Path, extends: list[str]) -> list[str]:
             if c["lo"] > 0 and m in extends:
                 separated.append(f"`{m}` above `{v}`")
         lines.append(f"| `{m}` | " + " | ".join(cells) + " |")
-    above = [f"`{m}`" for m in rows if m not in versus and any((by.get((m, v)) or {}).get("lo", 0) > 0
-                                                                for v in versus)]
-    lines += ["", ("Among the methods that extend the model, no interval above lies wholly above 0 against "
-                   + ", ".join(f"`{v}`" for v in versus) + f": with {n} keys none of them is shown better than those "
-                   "three." if not above else "Shown better than a reference method (interval above 0): "
-                   + ", ".join(separated or above) + "."), ""]
+    refs = [f"`{v}`" for v in versus]
+    lines += ["", ("Among the methods that extend the model, no interval lies wholly above 0 against "
+                   + ", ".join(refs) + f": with {n} keys none of them is shown better than "
+                   + ("those." if len(refs) > 1 else "it.") if not separated else
+                   "Shown better than a reference method (interval above 0): " + ", ".join(separated) + "."), ""]
     return lines
 
 
@@ -206,6 +316,14 @@ def page(root=".") -> str:
     paired = _paired(root, extends)
     res = _load(root, RUNS["real"])
     top = ", ".join(f"`{m}`" for m in extends[:3])
+    if _judged(res):
+        n = res["reference"]["interval"]["n"]
+        few = (f"- **Keys per cell.** The suite asks each method {n} labelled keys per length (fewer where a row "
+               "says so), so a row's interval is still about 0.4 wide: rows close in keys found are not told apart "
+               "by their own intervals, and the paired tables separate few of them.")
+    else:
+        few = ("- **Few keys per cell.** The suite asks each method a few pass keys per length (n in each cell), so "
+               "most intervals are wide and overlap; only the paired run separates methods, and it separates few.")
     intro = [
         _source(RUNS["real"]),
         "<!-- generated by `python -m benchmarks.docs_pages which-method` from the committed results it names; do not "
@@ -228,14 +346,13 @@ def page(root=".") -> str:
         f"- **One model.** Every real-model number is {res['meta']['model'].split(':')[0]}'s; a larger model, another "
         "base frequency or another trained length can order the methods differently. The verdicts are what this "
         "model did, not a property of the method.",
-        "- **Few keys per cell.** The suite asks each method a few pass keys per length (n in each cell), so most "
-        "intervals are wide and overlap; only the paired run separates methods, and it separates few.",
+        few,
         "- **Parameters.** Each method ran at its record's defaults for the length (`posenc schemes` states them); a "
         "tuned parameter can change a verdict (`posenc tune`).",
         "- **Small trained models.** The trained-in tables come from a small byte-level model trained at L = 64 "
         "tokens; they say which schemes keep finding keys past L at that scale, not at a real model's.",
         "- **Speed and memory** differ as much as quality: [speed on a real model](real-model-speed.md), and the "
-        "prefill time and peak memory per method in [the full run](smollm2.md#the-full-run-preset-smollm2_full).",
+        f"prefill time and peak memory per method in {_link(RUNS['real'], 'the run')}.",
         "- What each method does to positions, drawn: [the method atlas](../atlas.md).",
         "",
     ]
