@@ -334,9 +334,25 @@ def summary_table(results: dict) -> Table:
 
 
 def summary_block(results: dict, name: str) -> str:
-    """The README's copy of :func:`summary_table` for the committed run ``name``, between :data:`SUMMARY_MARKS`."""
+    """The README's summary of the committed run ``name``, between :data:`SUMMARY_MARKS`: for a run judged by the
+    interval rule its verdicts with n and intervals and its keys by distance back at L, 2L and 4L
+    (:func:`posenc.evals.report.suite_answer.summary_verdicts`, :func:`~posenc.evals.report.suite_answer.
+    summary_distance`); for an earlier run :func:`summary_table`."""
     begin, end = (m.format(name=name) for m in SUMMARY_MARKS)
-    return "\n".join([begin, "", summary_table(results).markdown(), "", end])
+    if not _judged(results):
+        return "\n".join([begin, "", summary_table(results).markdown(), "", end])
+    from posenc.evals.report.suite_answer import summary_distance, summary_verdicts
+
+    L = _k(results["meta"]["train_len"])
+    verdicts, distance = Table(*_tupled(summary_verdicts(results))), Table(*_tupled(summary_distance(results)))
+    return "\n".join([begin, "", verdicts.markdown(), "",
+                      f"Keys found by distance back (k/n, Wilson 95%) at {L} (the control), twice and four times {L}:",
+                      "", distance.markdown(), "", end])
+
+
+def _tupled(header_rows: tuple) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    header, rows = header_rows
+    return tuple(header), tuple(tuple(r) for r in rows)
 
 
 def readme_block(results: dict, name: str) -> str:

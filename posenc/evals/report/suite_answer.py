@@ -24,7 +24,8 @@ from posenc._figures import new_figure, save_png
 from posenc.methods import is_identity
 
 __all__ = ["LOAD_BAND", "SPEED_BAND", "colors", "cost_rows", "distance_rows", "first_screen", "identity_lines",
-           "length_rows", "plot_accuracy", "plot_distance", "ppl_rows", "separated_rows", "verdict_rows"]
+           "length_rows", "plot_accuracy", "plot_distance", "ppl_rows", "separated_rows", "summary_distance",
+           "summary_verdicts", "verdict_rows"]
 
 LOAD_BAND = 1.0
 """Two cells' prefill times are compared only when the machine's load at their starts differs by at most this."""
@@ -169,6 +170,47 @@ def distance_rows(results: dict) -> list[tuple[str, ...]]:
                 other = f"{b.get('other_key', 0)} of {iv['n'] - iv['k']}"
                 out.append((m, _k(n), f"{b['from']}-{b['to']}", _iv(iv), other, str(b["distance"])))
     return out
+
+
+def _kn(iv: dict | None) -> str:
+    """Keys found as ``k/n [lo, hi]`` (Wilson 95%), the summary's short form."""
+    if not iv or not iv.get("n"):
+        return "-"
+    return f"{iv['k']}/{iv['n']} [{iv['lo']:.2f}, {iv['hi']:.2f}]"
+
+
+def summary_verdicts(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows of a README's one-table answer: per method its verdict and effective length, the keys found
+    at every length (``k/n [Wilson 95%]``) and, past the trained length, the perplexity ratio to the untouched model
+    at L with its t 95% interval over the passages."""
+    methods, lengths, by = _grid(results)
+    past = [n for n in lengths if n > results["meta"]["train_len"]]
+    judged = {m: (v, e) for m, v, e in verdict_rows(results)}
+    rows = []
+    for m in methods:
+        verdict, eff = judged.get(m, ("-", "-"))
+        ratios = []
+        for n in past:
+            r = (by.get((m, n)) or {}).get("ppl_ratio")
+            ratios.append("-" if not r or r.get("value") is None else f"{r['value']:.2f}" + (
+                f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else ""))
+        rows.append((m, verdict, eff, *[_kn((by.get((m, n)) or {}).get("retrieval")) for n in lengths], *ratios))
+    header = ("method", "verdict", "effective length", *[f"keys at {_k(n)}" for n in lengths],
+              *[f"PPL ratio at {_k(n)}" for n in past])
+    return header, rows
+
+
+def summary_distance(results: dict, factors=(1, 2, 4)) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Header and rows of a README's distance table: per method the keys found in each distance bin
+    (``k/n [Wilson 95%]``) at ``f x L`` for each factor run (the trained length L first, as the control)."""
+    methods, lengths, by = _grid(results)
+    train = results["meta"]["train_len"]
+    shown = [n for n in lengths if n in {f * train for f in factors}]
+    bins = {(m, n, b["from"], b["to"]): b["interval"] for m in methods for n in shown
+            for b in (by.get((m, n)) or {}).get("by_bin") or []}
+    cols = sorted({key[1:] for key in bins})
+    rows = [(m, *[_kn(bins.get((m, *c))) for c in cols]) for m in methods]
+    return ("method", *[f"{_k(n)}: {lo}-{hi} back" for n, lo, hi in cols]), rows
 
 
 def ppl_rows(results: dict) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:

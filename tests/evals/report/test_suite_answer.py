@@ -141,3 +141,28 @@ def test_the_first_screen_shows_the_verdicts_and_the_figure(tmp_path):
     assert complete and figure["y"] + figure["height"] <= 1000 and verdicts["y"] + verdicts["height"] <= 1000
     assert len(items) == len(METHODS) and any("selfextend: extends to 16k" in t for t in items)
     assert first_table["y"] >= 1000 - 1 or first_table["y"] > figure["y"] + figure["height"]
+
+
+def test_the_readme_summary_gives_verdicts_with_n_and_intervals_and_keys_by_distance_at_L_and_2L():
+    """The README's summary of a run judged by the interval rule: each row's stored verdict with its keys as k/n and
+    Wilson interval at every length and its perplexity ratio past L; then the keys per distance bin at L (the
+    control) and 2L, one column per (length, bin), a row without that bin left '-'."""
+    from posenc.evals.report.suite import summary_block
+
+    res = results()
+    res["records"] = [r for r in res["records"] if not (r["method"] == "rerope" and r["eval_len"] == 2 * L)]
+    header, rows = a.summary_verdicts(res)
+    assert header == ("method", "verdict", "effective length", "keys at 8k", "keys at 16k", "PPL ratio at 16k")
+    by = {r[0]: r for r in rows}
+    assert by["selfextend"] == ("selfextend", "extends to 16k", "16k", "21/24 [0.69, 0.96]", "20/24 [0.64, 0.93]",
+                                "1.10 [0.95, 1.30]")
+    assert by["yarn"][1] == "undecided (undecided at 16k)" and by["rerope"][-2:] == ("-", "-")
+    header, rows = a.summary_distance(res)
+    assert header == ("method", "8k: 256-2048 back", "8k: 2048-8192 back", "16k: 256-2048 back",
+                      "16k: 2048-8192 back", "16k: 8192-32768 back")
+    by = {r[0]: r for r in rows}
+    assert by["dca"][1:] == ("6/8 [0.41, 0.93]",) * 5 and by["rerope"][3:] == ("-",) * 3
+    block = summary_block(res, "run")
+    assert block.startswith("<!-- suite-summary:run:begin -->") and block.endswith("<!-- suite-summary:run:end -->")
+    assert "| selfextend | extends to 16k | 16k | 21/24 [0.69, 0.96] |" in block
+    assert "at 8k (the control), twice and four times 8k" in block and "| 16k: 8192-32768 back |" in block
