@@ -319,8 +319,8 @@ def page(root=".") -> str:
     if _judged(res):
         n = res["reference"]["interval"]["n"]
         few = (f"- **Keys per cell.** The suite asks each method {n} labelled keys per length (fewer where a row "
-               "says so), so a row's interval is still about 0.4 wide: rows close in keys found are not told apart "
-               "by their own intervals, and the paired tables separate few of them.")
+               "says so), so a row's interval is still wide: rows a few keys apart are not told apart by their own "
+               "intervals, and the paired tables separate few of them.")
     else:
         few = ("- **Few keys per cell.** The suite asks each method a few pass keys per length (n in each cell), so "
                "most intervals are wide and overlap; only the paired run separates methods, and it separates few.")
