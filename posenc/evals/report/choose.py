@@ -95,6 +95,15 @@ def _ratio(rec: dict | None) -> str:
     return f"{r['value']:.2f}" + (f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else "")
 
 
+def _measured_on(meta: dict, past: list[int], link_text: str) -> str:
+    """The real-model section's first sentence: the model, its trained length, the lengths read and the run."""
+    model, train = meta["model"].split(":")[0], meta["train_len"]
+    return (f"Measured on one model, {model} (trained at {_k(train)} tokens; {meta['model'].split(': ', 1)[-1]}), "
+            f"read at {', '.join(_k(n) for n in past)} with every training-free method at the parameters its "
+            f"record gives for that length (`posenc bench --preset {meta['preset']}`, "
+            f"{_link(RUNS['real'], link_text)}).")
+
+
 def _real_interval(res: dict) -> tuple[list[str], list[str]]:
     """The real-model section of a run judged by the interval rule: each row's stored verdict, its keys with their
     Wilson intervals and its perplexity ratio with its interval at every length past L, grouped by verdict."""
@@ -118,12 +127,8 @@ def _real_interval(res: dict) -> tuple[list[str], list[str]]:
         v = verdicts[m]["verdict"]
         return next((g for g in INTERVAL_GROUPS if v.startswith(g)), "neither")
 
-    model = meta["model"].split(":")[0]
     lines = ["## A pretrained RoPE model: extend it without training", "",
-             f"Measured on one model, {model} (trained at {_k(train)} tokens; {meta['model'].split(': ', 1)[-1]}), "
-             f"read at {', '.join(_k(n) for n in past)} with every training-free method at the parameters its "
-             f"record gives for that length (`posenc bench --preset {meta['preset']}`, "
-             f"{_link(RUNS['real'], 'the run')}). The verdict is the "
+             _measured_on(meta, past, "the run") + " The verdict is the "
              f"suite's interval rule (`posenc.evals.suite.verdict`): at a length a method **extends** when the "
              f"Wilson 95% interval of its keys lies at or above the lower end of the untouched model's at "
              f"{_k(train)} ({iv['k']}/{iv['n']}, [{iv['lo']:.2f}, {iv['hi']:.2f}]) and its perplexity over the "
@@ -178,12 +183,8 @@ def _real(root: Path) -> tuple[list[str], list[str]]:
         ran = [p for p in ppl if p is not None]
         return -found, -len(ran), ran[-1] if ran else float("inf")
 
-    model = meta["model"].split(":")[0]
     lines = ["## A pretrained RoPE model: extend it without training", "",
-             f"Measured on one model, {model} (trained at {_k(train)} tokens; {meta['model'].split(': ', 1)[-1]}), "
-             f"read at {', '.join(_k(n) for n in past)} with every training-free method at the parameters its "
-             f"record gives for that length (`posenc bench --preset {meta['preset']}`, "
-             f"[the full run](smollm2.md#the-full-run-preset-smollm2_full)). The verdict is the suite's rule: "
+             _measured_on(meta, past, "the full run") + " The verdict is the suite's rule: "
              f"**extends** when its pass-key retrieval past {_k(train)} reaches {ref['fraction']} x the untouched "
              f"model's {ref['retrieval']:.2f} at {_k(ref['length'])} (threshold "
              f"{ref['threshold']:.4g}: RULER's rule, arXiv 2404.06654, with the model's own reference in place of "
