@@ -23,8 +23,8 @@ The output folder is checked before the model is loaded (:func:`posenc.evals.res
 new or empty, or the folder of an earlier run of the same preset on the same model (resumed, its results and report
 rewritten); a file, another command's results, another preset's or model's, or files the suite does not write are
 refused in one line naming ``--out``. At lengths from
-``prune_from`` on, a method runs only if its retrieval at the previous length reached the threshold (the note in
-the results says which methods were left out and why).
+``prune_from`` on, a method runs only if its result at the previous length allows (:func:`_pruned`; the note in the
+results says which methods were left out and why).
 """
 
 from __future__ import annotations
@@ -114,9 +114,13 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
     counts as not run yet rather than left out.
 
     A preset judged by the interval rule (``retrieval_kinds`` set) leaves a row out once its verdict at the previous
-    length lost the keys or the perplexity (:func:`_lost_at`); the others, once its retrieval there fell below
-    ``threshold`` x the untouched model's at the reference length (a point estimate)."""
+    length lost the keys or the perplexity (:func:`_lost_at`), or, with ``prune_unless_extends``, unless it extended
+    there (the ``compare_to`` rows always run: the paired intervals at the length are taken against them); the
+    others, once its retrieval there fell below ``threshold`` x the untouched model's at the reference length (a
+    point estimate)."""
     if preset.prune_from is None or length < preset.prune_from or method == preset.methods[0]:
+        return None
+    if preset.prune_unless_extends and method in preset.compare_to:
         return None
     shorter = [n for n in sorted(preset.lengths) if n < length]
     if not shorter:
@@ -126,7 +130,7 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
                          or _unfinished(store, m, preset, preset.methods[0], preset.reference_length)):
         return None
     if preset.retrieval_kinds is not None:  # judged by the interval rule: left out once it lost something
-        return _lost_at(store, m, preset, method, prev)
+        return _lost_at(store, m, preset, method, prev, unless_extends=preset.prune_unless_extends)
     ref = _retrieval_rate(store, m, preset, preset.methods[0], preset.reference_length)
     rate = _retrieval_rate(store, m, preset, method, prev)
     if ref is None or rate is None:
@@ -137,11 +141,13 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
     return None
 
 
-def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:
+def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
+             unless_extends: bool = False) -> str | None:
     """Why ``method`` stops after ``length`` under the interval rule (:mod:`posenc.evals.suite.verdict`): its
     verdict there, from the finished cells, lost the keys or the perplexity (``keeps perplexity only`` or
     ``neither``); None while it extends or is undecided, since a row a few keys short of the reference is not
-    yet shown to fail."""
+    yet shown to fail. ``unless_extends``: an undecided verdict stops it too (a preset that spends its longest
+    length only on the rows shown to extend at the one before)."""
     from posenc.evals.suite.results import _cells_of, passage_losses, pooled, ppl_ratio, task_counts
     from posenc.evals.suite.verdict import EXTENDS, UNDECIDED, at_length, ppl_status, retrieval_status
 
@@ -156,7 +162,7 @@ def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int
     row, ref = keys(cells), keys(ref_cells)
     ratio = ppl_ratio(passage_losses(cells), passage_losses(ref_cells))
     verdict = at_length(retrieval_status(row, ref), ppl_status(ratio, preset.ppl_bound))
-    if verdict in (EXTENDS, UNDECIDED):
+    if verdict == EXTENDS or (verdict == UNDECIDED and not unless_extends):
         return None
     ppl = (f", perplexity {ratio['value']:.2f}x the untouched model's at {preset.reference_length}"
            if ratio is not None else "")

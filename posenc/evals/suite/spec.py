@@ -71,7 +71,12 @@ class SuitePreset:
     method (None: no floor); ``retrieval_kinds``: the query kinds the retrieval score and the verdicts pool (None:
     the informative kinds, :func:`posenc.evals.suite.results.informative_kinds`); ``ppl_bound``: the perplexity
     ratio to the untouched model at the reference length a row must stay under to keep perplexity
-    (:mod:`posenc.evals.suite.verdict`)."""
+    (:mod:`posenc.evals.suite.verdict`).
+
+    Pruning (``prune_from``: from that length on, a row runs only if its verdict at the previous length allows,
+    :func:`posenc.evals.suite.grid._pruned`): by default a row is left out once it lost the keys or the perplexity
+    there, an undecided row running on; ``prune_unless_extends`` leaves it out unless it extended there, except the
+    untouched model and the ``compare_to`` rows, which the paired intervals at that length are taken against."""
 
     name: str
     description: str
@@ -90,6 +95,7 @@ class SuitePreset:
     floor: float | None = None
     retrieval_kinds: tuple[str, ...] | None = None
     ppl_bound: float = 1.25
+    prune_unless_extends: bool = False
 
     def __post_init__(self):
         from posenc.methods import is_identity
@@ -102,6 +108,9 @@ class SuitePreset:
             raise ValueError("a suite needs at least one context")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.prune_unless_extends and (self.prune_from is None or self.retrieval_kinds is None):
+            raise ValueError("prune_unless_extends needs prune_from and retrieval_kinds (the interval rule's verdict "
+                             "decides which rows run on)")
         unknown = [c for c in self.compare_to if c not in self.methods]
         if unknown:
             raise ValueError(f"compare_to names rows that are not methods of the preset: {unknown}")

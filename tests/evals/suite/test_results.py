@@ -2,6 +2,7 @@
 Newcombe's paired interval, refused when two rows' cells do not hold the same contexts), and row labels holding
 an at sign."""
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -218,27 +219,32 @@ def test_a_context_naming_a_row_outside_the_preset_is_refused():
         _preset(contexts=(ContextSpec("book", ("niah",), target=8, methods=("none", "dca")),))
 
 
+_PRUNE_CONTEXTS = (ContextSpec("noise", ("keys",), seeds=3), ContextSpec("book", ("niah",), seeds=2, target=8))
+
+
+def _put_keys_and_passages(store, method, n, hits, losses):
+    """Row ``method``'s cells at ``n`` in ``_PRUNE_CONTEXTS``: 12 keys (``hits``, 4 per context) and one target
+    loss per passage (``losses``)."""
+    keys, book = _PRUNE_CONTEXTS
+    params = method_params(method, L, n, FACTS.head_dim, FACTS.base, {})
+    for s in range(3):
+        ans = [{"kind": "niah_keys", "correct": bool(h), "depth": 0.5, "distance": 9, "chance": 0.0}
+               for h in hits[4 * s:4 * s + 4]]
+        store.put(cell_key("tiny", method, params, n, keys, s, False), {"answers": ans})
+    for s, loss in enumerate(losses):
+        store.put(cell_key("tiny", method, params, n, book, s, False), {"answers": [], "target": {"loss": loss}})
+
+
 def test_under_the_interval_rule_a_row_is_left_out_only_once_it_lost_something():
     """Pruning of an interval-judged preset follows the verdict at the previous length, not a point estimate: a
     row one key short of the reference (undecided) runs on, a row whose perplexity interval lies above the bound
     (``neither``) or whose keys' interval lies below the reference's (``keeps perplexity only``) is left out."""
     from posenc.evals.suite.grid import _pruned
 
-    keys = ContextSpec("noise", ("keys",), seeds=3)
-    book = ContextSpec("book", ("niah",), seeds=2, target=8)
-    preset = _preset(contexts=(keys, book), lengths=(1024, 2048, 4096), prune_from=4096, compare_to=(),
+    preset = _preset(contexts=_PRUNE_CONTEXTS, lengths=(1024, 2048, 4096), prune_from=4096, compare_to=(),
                      retrieval_kinds=("niah_keys",), methods=("none", "yarn", "selfextend", "dca"))
     store = Store()
-
-    def put(method, n, hits, losses):
-        params = method_params(method, L, n, FACTS.head_dim, FACTS.base, {})
-        for s in range(3):
-            ans = [{"kind": "niah_keys", "correct": bool(h), "depth": 0.5, "distance": 9, "chance": 0.0}
-                   for h in hits[4 * s:4 * s + 4]]
-            store.put(cell_key("tiny", method, params, n, keys, s, False), {"answers": ans})
-        for s, loss in enumerate(losses):
-            store.put(cell_key("tiny", method, params, n, book, s, False), {"answers": [], "target": {"loss": loss}})
-
+    put = partial(_put_keys_and_passages, store)
     put("none", 1024, [1] * 8 + [0] * 4, [3.0, 3.2])  # 8/12: Wilson [0.39, 0.86]
     put("yarn", 2048, [1] * 7 + [0] * 5, [3.02, 3.21])  # 7/12, perplexity kept: undecided, runs on
     put("selfextend", 2048, [1] * 8 + [0] * 4, [3.5, 3.71])  # keys kept, perplexity x1.66: neither
@@ -247,6 +253,30 @@ def test_under_the_interval_rule_a_row_is_left_out_only_once_it_lost_something()
     assert _pruned(store, FACTS, preset, "selfextend", 4096).startswith("neither at 2048 (keys 8/12, the untouched")
     assert _pruned(store, FACTS, preset, "dca", 4096).startswith("keeps perplexity only at 2048 (keys 0/12")
     assert _pruned(store, FACTS, preset, "none", 4096) is None  # the untouched model always runs
+
+
+def test_prune_unless_extends_runs_on_only_the_rows_that_extended_and_the_rows_compared_with():
+    """``prune_unless_extends``: an undecided row is left out too, naming its verdict; a row that extended runs on,
+    and so do the untouched model and a ``compare_to`` row whatever their verdicts (the paired intervals at the
+    length are taken against them)."""
+    from posenc.evals.suite.grid import _pruned
+
+    preset = _preset(contexts=_PRUNE_CONTEXTS, lengths=(1024, 2048, 4096), prune_from=4096, prune_unless_extends=True,
+                     compare_to=("selfextend",), retrieval_kinds=("niah_keys",),
+                     methods=("none", "yarn", "selfextend", "dca"))
+    store = Store()
+    put = partial(_put_keys_and_passages, store)
+    put("none", 1024, [1] * 8 + [0] * 4, [3.0, 3.2])  # 8/12: Wilson [0.39, 0.86]
+    put("yarn", 2048, [1] * 11 + [0], [3.0, 3.2])  # 11/12 [0.65, 0.99], perplexity kept: extends
+    put("dca", 2048, [1] * 7 + [0] * 5, [3.02, 3.21])  # 7/12 [0.32, 0.81] spans 0.39: undecided
+    put("selfextend", 2048, [0] * 12, [3.5, 3.71])  # neither, but the row the others are compared with
+    assert _pruned(store, FACTS, preset, "yarn", 4096) is None
+    assert _pruned(store, FACTS, preset, "dca", 4096).startswith("undecided at 2048 (keys 7/12, the untouched")
+    assert _pruned(store, FACTS, preset, "selfextend", 4096) is None
+    assert _pruned(store, FACTS, preset, "none", 4096) is None
+    assert _pruned(store, FACTS, preset, "dca", 2048) is None  # before prune_from every row runs
+    with pytest.raises(ValueError, match="prune_unless_extends needs prune_from and retrieval_kinds"):
+        _preset(contexts=_PRUNE_CONTEXTS, prune_unless_extends=True)
 
 
 def test_a_rows_machine_speed_is_the_range_of_its_cells_probes_and_how_many_probed():
