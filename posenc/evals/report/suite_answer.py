@@ -310,13 +310,22 @@ def plot_accuracy(results: dict, path: Path) -> Path:
 
 
 def plot_distance(results: dict, path: Path) -> Path | None:
-    """Keys found against distance back, one panel per length, one line per method (Wilson intervals)."""
+    """Keys found against distance back, one panel per length, one line per method (Wilson intervals); None (and
+    no file) when no row has distance bins."""
+    fig = distance_figure(results)
+    return None if fig is None else save_png(fig, path, 100)
+
+
+def distance_figure(results: dict):
+    """The figure of :func:`plot_distance`, its legend (beside the panels) naming every row drawn in any panel: a
+    row left out at the longest length is still named."""
     methods, lengths, by = _grid(results)
     at = [n for n in lengths if any((by.get((m, n)) or {}).get("by_bin") for m in methods)]
     if not at:
         return None
     col = colors(results)
-    fig, axes = new_figure(3.4 * len(at) + 0.6, 3.2, 1, len(at))
+    fig, axes = new_figure(3.4 * len(at) + 1.8, 3.2, 1, len(at))
+    handles = {}
     for ax, n in zip(axes, at):
         for m in methods:
             bins = (by.get((m, n)) or {}).get("by_bin") or []
@@ -326,7 +335,8 @@ def plot_distance(results: dict, path: Path) -> Path | None:
             ys = [b["interval"]["value"] for b in bins]
             err = [[b["interval"]["value"] - b["interval"]["lo"] for b in bins],
                    [b["interval"]["hi"] - b["interval"]["value"] for b in bins]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", color=col[m], label=m, capsize=2, lw=1.2)
+            handles.setdefault(m, ax.errorbar(xs, ys, yerr=err, marker="o", color=col[m], label=m, capsize=2,
+                                              lw=1.2))
         ax.set_xscale("log", base=2)
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"at {_k(n)}", fontsize=9)
@@ -334,8 +344,8 @@ def plot_distance(results: dict, path: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_formatter(_tokens_formatter())
     axes[0].set_ylabel("keys found")
-    axes[-1].legend(fontsize=7)
-    return save_png(fig, path, 100)
+    fig.legend(list(handles.values()), list(handles), loc="outside right center", fontsize=7)
+    return fig
 
 
 def _tokens_formatter():

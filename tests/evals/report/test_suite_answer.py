@@ -166,3 +166,14 @@ def test_the_readme_summary_gives_verdicts_with_n_and_intervals_and_keys_by_dist
     assert block.startswith("<!-- suite-summary:run:begin -->") and block.endswith("<!-- suite-summary:run:end -->")
     assert "| selfextend | extends to 16k | 16k | 21/24 [0.69, 0.96] |" in block
     assert "at 8k (the control), twice and four times 8k" in block and "| 16k: 8192-32768 back |" in block
+
+
+def test_the_distance_figure_names_every_row_even_one_left_out_at_the_longest_length():
+    """The legend is the figure's, not the last panel's: with every row but the untouched model left out at 2L
+    (the last panel draws one line), each row drawn at L is still named, once, in the rows' order."""
+    res = results()
+    res["records"] = [r for r in res["records"] if r["eval_len"] == L or r["method"] == "none"]
+    fig = a.distance_figure(res)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(METHODS)
+    assert len(fig.axes) == 2 and [len(ax.containers) for ax in fig.axes] == [len(METHODS), 1]
+    assert a.distance_figure({**res, "records": [{**r, "by_bin": []} for r in res["records"]]}) is None
