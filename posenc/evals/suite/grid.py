@@ -130,7 +130,7 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
                          or _unfinished(store, m, preset, preset.methods[0], preset.reference_length)):
         return None
     if preset.retrieval_kinds is not None:  # judged by the interval rule: left out once it lost something
-        return _lost_at(store, m, preset, method, prev, unless_extends=preset.prune_unless_extends)
+        return _lost_at(store, m, preset, method, prev)
     ref = _retrieval_rate(store, m, preset, preset.methods[0], preset.reference_length)
     rate = _retrieval_rate(store, m, preset, method, prev)
     if ref is None or rate is None:
@@ -141,13 +141,12 @@ def _pruned(store, m: ModelFacts, preset: SuitePreset, method: str, length: int,
     return None
 
 
-def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int, *,
-             unless_extends: bool = False) -> str | None:
+def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int) -> str | None:
     """Why ``method`` stops after ``length`` under the interval rule (:mod:`posenc.evals.suite.verdict`): its
     verdict there, from the finished cells, lost the keys or the perplexity (``keeps perplexity only`` or
     ``neither``); None while it extends or is undecided, since a row a few keys short of the reference is not
-    yet shown to fail. ``unless_extends``: an undecided verdict stops it too (a preset that spends its longest
-    length only on the rows shown to extend at the one before)."""
+    yet shown to fail. With ``preset.prune_unless_extends`` an undecided verdict stops it too (a preset that spends
+    its longest length only on the rows shown to extend at the one before)."""
     from posenc.evals.suite.results import _cells_of, passage_losses, pooled, ppl_ratio, task_counts
     from posenc.evals.suite.verdict import EXTENDS, UNDECIDED, at_length, ppl_status, retrieval_status
 
@@ -162,7 +161,7 @@ def _lost_at(store, m: ModelFacts, preset: SuitePreset, method: str, length: int
     row, ref = keys(cells), keys(ref_cells)
     ratio = ppl_ratio(passage_losses(cells), passage_losses(ref_cells))
     verdict = at_length(retrieval_status(row, ref), ppl_status(ratio, preset.ppl_bound))
-    if verdict == EXTENDS or (verdict == UNDECIDED and not unless_extends):
+    if verdict == EXTENDS or (verdict == UNDECIDED and not preset.prune_unless_extends):
         return None
     ppl = (f", perplexity {ratio['value']:.2f}x the untouched model's at {preset.reference_length}"
            if ratio is not None else "")
